@@ -1,0 +1,56 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "Switchboard",
+    platforms: [.macOS(.v14), .iOS(.v17)],
+    products: [
+        .executable(name: "switchboard", targets: ["switchboard"]),
+        .library(name: "SwitchboardProtocol", targets: ["SwitchboardProtocol"]),
+        .library(name: "SwitchboardServer", targets: ["SwitchboardServer"]),
+    ],
+    targets: [
+        // C libraries, each imported by exactly one Swift file in SwitchboardSystem.
+        .systemLibrary(
+            name: "CLibWebSockets", pkgConfig: "libwebsockets",
+            providers: [.apt(["libwebsockets-dev"]), .brew(["libwebsockets"])]),
+        .systemLibrary(
+            name: "CCurl", pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"]), .brew(["curl"])]),
+        .systemLibrary(
+            name: "CCrypto", pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"]), .brew(["openssl@3"])]),
+        .systemLibrary(
+            name: "CSQLite", pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]),
+        // Macros and variadic C functions Swift cannot call directly.
+        .target(name: "CShims", dependencies: ["CCurl", "CSQLite"]),
+
+        // Wire types: messages, error codes, token claims. No I/O.
+        .target(name: "SwitchboardProtocol"),
+        // The Swift face of the C libraries: event loop, HTTP/WebSocket, HTTP client,
+        // crypto, SQLite; plus logging and metrics.
+        .target(
+            name: "SwitchboardSystem",
+            dependencies: ["CLibWebSockets", "CCurl", "CCrypto", "CSQLite", "CShims"]),
+        .target(
+            name: "SwitchboardServer",
+            dependencies: ["SwitchboardProtocol", "SwitchboardSystem"]),
+        .executableTarget(
+            name: "switchboard",
+            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem"]),
+        // Writes to a store in a loop so a test can kill -9 it mid-write.
+        .executableTarget(
+            name: "store-torture",
+            dependencies: ["SwitchboardServer", "SwitchboardSystem"],
+            path: "Tests/Tools/store-torture"),
+
+        .testTarget(
+            name: "SwitchboardProtocolTests",
+            dependencies: ["SwitchboardProtocol"]),
+        .testTarget(
+            name: "SwitchboardServerTests",
+            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

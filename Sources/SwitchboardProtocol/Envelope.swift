@@ -1,0 +1,45 @@
+/// The frame every WebSocket message travels in.
+///
+/// - A request from a client: `{"type": "ping", "id": 1, "data": {...}}`. Every request carries
+///   an `id` and gets exactly one reply.
+/// - A reply from the server: `{"type": "ok", "id": 1, "data": {...}}` or
+///   `{"type": "error", "id": 1, "error": {"code": "...", "message": "..."}}`.
+/// - An event from the server: `{"type": "session.welcome", "seq": 1, "data": {...}}`, where
+///   `seq` counts the events of one session from 1 with no gaps.
+public struct Envelope: Sendable, Codable, Equatable {
+    public var type: String
+    public var id: JSONValue?
+    public var seq: UInt64?
+    public var data: JSONValue?
+    public var error: ErrorBody?
+
+    public init(type: String, id: JSONValue? = nil, seq: UInt64? = nil, data: JSONValue? = nil, error: ErrorBody? = nil) {
+        self.type = type
+        self.id = id
+        self.seq = seq
+        self.data = data
+        self.error = error
+    }
+
+    /// The reply that confirms request `id`.
+    public static func ok(id: JSONValue?, data: JSONValue? = nil) -> Envelope {
+        Envelope(type: MessageType.ok, id: id ?? .null, data: data)
+    }
+
+    /// The reply that refuses request `id` (or a message with no usable id: `id` is null).
+    public static func error(id: JSONValue?, _ error: ErrorBody) -> Envelope {
+        Envelope(type: MessageType.error, id: id ?? .null, error: error)
+    }
+}
+
+/// The `type` strings of the protocol.
+public enum MessageType {
+    public static let ok = "ok"
+    public static let error = "error"
+    /// Client request: answered with `ok` carrying the server's clock.
+    public static let ping = "ping"
+    /// Client request: answered with the session's identity, grants and limits.
+    public static let sessionInfo = "session.info"
+    /// Server event, first on every connection: session id and limits.
+    public static let sessionWelcome = "session.welcome"
+}

@@ -1,0 +1,49 @@
+/// Stable error codes, the same over REST and WebSocket. Clients switch on these;
+/// the message beside them is for people and may change.
+public enum ErrorCode: String, Sendable, Codable, CaseIterable {
+    /// The request is not valid: a missing or wrongly typed field.
+    case badRequest = "bad_request"
+    /// The body or message is not well-formed JSON.
+    case malformedJSON = "malformed_json"
+    /// The message `type` is not one the server knows.
+    case unknownType = "unknown_type"
+    /// No credentials, or credentials that are not valid.
+    case unauthorized
+    /// The access token has expired.
+    case tokenExpired = "token_expired"
+    /// The credentials are valid but do not grant this.
+    case forbidden
+    /// The resource does not exist.
+    case notFound = "not_found"
+    /// The path exists but not with this HTTP method.
+    case methodNotAllowed = "method_not_allowed"
+    /// The body is larger than the configured limit.
+    case payloadTooLarge = "payload_too_large"
+    /// The request headers are larger than the configured limit.
+    case headersTooLarge = "headers_too_large"
+    /// Too many requests; retry later.
+    case rateLimited = "rate_limited"
+    /// The resource already exists.
+    case conflict
+    /// The server is shutting down or not ready.
+    case unavailable
+    /// An unexpected failure inside the server; it is logged with a request id.
+    case `internal`
+}
+
+/// The error object in a REST body `{"error": {...}}` and in a WebSocket `error` reply.
+public struct ErrorBody: Sendable, Codable, Equatable, Error {
+    public var code: ErrorCode
+    public var message: String
+
+    public init(_ code: ErrorCode, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+}
+
+/// The REST error envelope: `{"error": {"code": "...", "message": "..."}}`.
+public struct ErrorEnvelope: Sendable, Codable, Equatable {
+    public var error: ErrorBody
+    public init(error: ErrorBody) { self.error = error }
+}

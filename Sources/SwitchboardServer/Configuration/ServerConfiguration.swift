@@ -1,0 +1,173 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+
+/// Everything `switchboard serve` can be told. Defaults are safe for a single node on loopback.
+///
+/// Each setting has one name used three ways: a JSON key in the `--config` file (`max_message_bytes`),
+/// an environment variable (`SWITCHBOARD_MAX_MESSAGE_BYTES`) and a flag (`--max-message-bytes`).
+/// `ServerConfiguration.settings` lists them; docs/configuration.md documents each.
+public struct ServerConfiguration: Sendable {
+    public var host = "127.0.0.1"
+    public var port = 8080
+    /// Where the SQLite file lives.
+    public var dataDirectory = "./data"
+    /// The folder of the web client's static files.
+    public var webRoot = "./web"
+    public var logLevel = Logger.Level.info
+    /// Serve the `/v1/echo` WebSocket endpoint (for conformance tests only).
+    public var enableEcho = false
+    /// The URL printed for people to open (defaults to http://host:port/).
+    public var publicURL: String?
+    public var limits = Limits()
+
+    /// Named limits; docs/configuration.md gives each one's meaning.
+    public struct Limits: Sendable {
+        public var maxHeaderBytes = 8 * 1024
+        public var maxBodyBytes = 1024 * 1024
+        public var maxMessageBytes = 64 * 1024
+        public var echoMaxMessageBytes = 16 * 1024 * 1024 + 1024
+        public var sendQueueBytes = 1024 * 1024
+        public var pingIntervalSeconds = 20
+        public var idleTimeoutSeconds = 45
+        public var httpTimeoutSeconds = 10
+        public var maxTokenBytes = 8 * 1024
+        public var tokenLeewaySeconds = 30
+        public var maxTokenTTLSeconds = 7 * 24 * 3600
+        public var shutdownGraceSeconds = 5
+        public init() {}
+    }
+
+    public init() {}
+
+    /// One setting: its name and how to apply a textual value.
+    public struct Setting: Sendable {
+        public let name: String
+        public let summary: String
+        public let apply: @Sendable (inout ServerConfiguration, String) throws -> Void
+
+        /// `--max-message-bytes`
+        public var flag: String { "--" + name.replacingOccurrences(of: "_", with: "-") }
+        /// `SWITCHBOARD_MAX_MESSAGE_BYTES`
+        public var environmentVariable: String { "SWITCHBOARD_" + name.uppercased() }
+    }
+
+    /// A setting's value could not be used.
+    public struct InvalidSetting: Error, CustomStringConvertible {
+        public var name: String
+        public var value: String
+        public var expected: String
+        public var description: String { "invalid value '\(value)' for \(name): expected \(expected)" }
+    }
+
+    private static func int(
+        _ name: String, _ summary: String, _ range: ClosedRange<Int>, _ path: WritableKeyPath<ServerConfiguration, Int> & Sendable
+    ) -> Setting {
+        Setting(name: name, summary: summary) { config, text in
+            guard let value = Int(text), range.contains(value) else {
+                throw InvalidSetting(name: name, value: text, expected: "an integer in \(range.lowerBound)...\(range.upperBound)")
+            }
+            config[keyPath: path] = value
+        }
+    }
+
+    private static func string(_ name: String, _ summary: String, _ path: WritableKeyPath<ServerConfiguration, String> & Sendable) -> Setting {
+        Setting(name: name, summary: summary) { config, text in
+            guard !text.isEmpty else { throw InvalidSetting(name: name, value: text, expected: "a non-empty string") }
+            config[keyPath: path] = text
+        }
+    }
+
+    /// Every setting, in documentation order.
+    public static let settings: [Setting] = [
+        string("host", "Address to listen on.", \.host),
+        int("port", "TCP port to listen on (0 picks a free one).", 0...65535, \.port),
+        string("data_dir", "Directory of the SQLite store.", \.dataDirectory),
+        string("web_root", "Directory of the web client's static files.", \.webRoot),
+        Setting(name: "log_level", summary: "Lowest level logged: debug, info, warn, error.") { config, text in
+            guard let level = Logger.Level(name: text) else {
+                throw InvalidSetting(name: "log_level", value: text, expected: "debug, info, warn or error")
+            }
+            config.logLevel = level
+        },
+        Setting(name: "enable_echo", summary: "Serve the /v1/echo WebSocket endpoint (conformance tests).") { config, text in
+            switch text.lowercased() {
+            case "1", "true", "yes", "on": config.enableEcho = true
+            case "0", "false", "no", "off": config.enableEcho = false
+            default: throw InvalidSetting(name: "enable_echo", value: text, expected: "true or false")
+            }
+        },
+        Setting(name: "public_url", summary: "URL printed for people to open; defaults to http://host:port/.") { config, text in
+            config.publicURL = text
+        },
+        int("max_header_bytes", "Largest HTTP request head.", 1024...65535, \.limits.maxHeaderBytes),
+        int("max_body_bytes", "Largest HTTP request body.", 1024...(64 << 20), \.limits.maxBodyBytes),
+        int("max_message_bytes", "Largest WebSocket message on /v1/ws; larger closes with 1009.", 1024...(16 << 20), \.limits.maxMessageBytes),
+        int("echo_max_message_bytes", "Largest WebSocket message on /v1/echo.", 1024...(64 << 20), \.limits.echoMaxMessageBytes),
+        int("send_queue_bytes", "Outgoing bytes queued per WebSocket before it is dropped as a slow consumer.", 4096...(256 << 20), \.limits.sendQueueBytes),
+        int("ping_interval_seconds", "Silence after which the server pings a WebSocket.", 1...3600, \.limits.pingIntervalSeconds),
+        int("idle_timeout_seconds", "Silence (no frame, not even a pong) after which a WebSocket is closed.", 2...7200, \.limits.idleTimeoutSeconds),
+        int("http_timeout_seconds", "Time allowed for an HTTP request to arrive in full.", 1...600, \.limits.httpTimeoutSeconds),
+        int("max_token_bytes", "Longest access token accepted.", 256...65536, \.limits.maxTokenBytes),
+        int("token_leeway_seconds", "Clock skew tolerated on a token's exp and nbf.", 0...600, \.limits.tokenLeewaySeconds),
+        int("max_token_ttl_seconds", "Longest lifetime of a token issued by POST /v1/tokens.", 60...(30 * 86400), \.limits.maxTokenTTLSeconds),
+        int("shutdown_grace_seconds", "Time given to WebSockets to close on shutdown.", 0...300, \.limits.shutdownGraceSeconds),
+    ]
+
+    /// Each setting's default, as text, by name (for help and docs).
+    public static var defaultValues: [String: String] {
+        let defaults = ServerConfiguration()
+        let limits = defaults.limits
+        return [
+            "host": defaults.host, "port": String(defaults.port), "data_dir": defaults.dataDirectory,
+            "web_root": defaults.webRoot, "log_level": defaults.logLevel.name, "enable_echo": "false",
+            "public_url": "http://host:port/",
+            "max_header_bytes": String(limits.maxHeaderBytes), "max_body_bytes": String(limits.maxBodyBytes),
+            "max_message_bytes": String(limits.maxMessageBytes),
+            "echo_max_message_bytes": String(limits.echoMaxMessageBytes),
+            "send_queue_bytes": String(limits.sendQueueBytes),
+            "ping_interval_seconds": String(limits.pingIntervalSeconds),
+            "idle_timeout_seconds": String(limits.idleTimeoutSeconds),
+            "http_timeout_seconds": String(limits.httpTimeoutSeconds),
+            "max_token_bytes": String(limits.maxTokenBytes),
+            "token_leeway_seconds": String(limits.tokenLeewaySeconds),
+            "max_token_ttl_seconds": String(limits.maxTokenTTLSeconds),
+            "shutdown_grace_seconds": String(limits.shutdownGraceSeconds),
+        ]
+    }
+
+    /// Applies a JSON object of settings (the `--config` file). Unknown keys are errors.
+    public mutating func apply(json data: Data) throws {
+        guard let object = (try? JSONDecoder().decode(JSONValue.self, from: data))?.objectValue else {
+            throw InvalidSetting(name: "config", value: "", expected: "a JSON object")
+        }
+        for (key, value) in object.sorted(by: { $0.key < $1.key }) {
+            guard let setting = Self.settings.first(where: { $0.name == key }) else {
+                throw InvalidSetting(name: key, value: "", expected: "a known setting (see docs/configuration.md)")
+            }
+            let text: String
+            switch value {
+            case .bool(let flag): text = flag ? "true" : "false"
+            case .int(let number): text = String(number)
+            case .string(let string): text = string
+            default: throw InvalidSetting(name: key, value: "\(value)", expected: "a string, integer or boolean")
+            }
+            try setting.apply(&self, text)
+        }
+    }
+
+    /// The transport options these settings imply.
+    var serverOptions: HTTPServer.Options {
+        var options = HTTPServer.Options(host: host, port: port)
+        options.maxHeaderBytes = limits.maxHeaderBytes
+        options.maxBodyBytes = limits.maxBodyBytes
+        options.maxMessageBytes = limits.maxMessageBytes
+        options.maxMessageBytesByTag = [Gateway.Endpoint.echo.rawValue: limits.echoMaxMessageBytes]
+        options.maxSendQueueBytes = limits.sendQueueBytes
+        options.pingIntervalSeconds = limits.pingIntervalSeconds
+        options.idleTimeoutSeconds = limits.idleTimeoutSeconds
+        options.httpTimeoutSeconds = limits.httpTimeoutSeconds
+        options.extraHeaders = ["idempotency-key", "x-request-id"]
+        return options
+    }
+}

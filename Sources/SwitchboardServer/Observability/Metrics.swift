@@ -1,0 +1,140 @@
+import Foundation
+import Synchronization
+
+/// Counters, gauges and histograms, rendered in Prometheus' text format at `/metrics`.
+///
+/// Updates take a short lock; the event loop is the main writer, so it is uncontended.
+public final class Metrics: Sendable {
+    /// Upper bounds of the latency histograms, in seconds.
+    public static let latencyBuckets: [Double] = [
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+    ]
+
+    private struct Key: Hashable {
+        var name: String
+        var labels: [String]
+    }
+
+    private struct Histogram {
+        var buckets: [UInt64]
+        var sum: Double = 0
+        var count: UInt64 = 0
+    }
+
+    private struct State {
+        var counters: [Key: Double] = [:]
+        var gauges: [Key: Double] = [:]
+        var histograms: [Key: Histogram] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let help: [String: (type: String, text: String)] = [
+        "switchboard_connections": ("gauge", "Open WebSocket connections."),
+        "switchboard_connections_total": ("counter", "WebSocket connections accepted."),
+        "switchboard_connections_refused_total": ("counter", "WebSocket upgrades refused, by reason."),
+        "switchboard_disconnects_total": ("counter", "WebSocket connections closed, by reason."),
+        "switchboard_messages_in_total": ("counter", "WebSocket messages received."),
+        "switchboard_messages_out_total": ("counter", "WebSocket messages sent."),
+        "switchboard_errors_total": ("counter", "Error replies and responses, by error code."),
+        "switchboard_http_requests_total": ("counter", "HTTP requests, by route and status."),
+        "switchboard_http_request_duration_seconds": ("histogram", "Time from a complete HTTP request to its response."),
+        "switchboard_store_writes_total": ("counter", "Store write transactions, by outcome."),
+    ]
+
+    public init() {}
+
+    /// Adds `value` to a counter.
+    public func increment(_ name: String, _ labels: KeyValuePairs<String, String> = [:], by value: Double = 1) {
+        let key = Self.key(name, labels)
+        state.withLock { $0.counters[key, default: 0] += value }
+    }
+
+    /// Sets a gauge.
+    public func set(_ name: String, _ labels: KeyValuePairs<String, String> = [:], to value: Double) {
+        let key = Self.key(name, labels)
+        state.withLock { $0.gauges[key] = value }
+    }
+
+    /// Adds `delta` to a gauge.
+    public func add(_ name: String, _ delta: Double, _ labels: KeyValuePairs<String, String> = [:]) {
+        let key = Self.key(name, labels)
+        state.withLock { $0.gauges[key, default: 0] += delta }
+    }
+
+    /// Records one observation, in seconds, in a latency histogram.
+    public func observe(_ name: String, _ labels: KeyValuePairs<String, String> = [:], seconds: Double) {
+        let key = Self.key(name, labels)
+        let bucket = Self.latencyBuckets.firstIndex { seconds <= $0 } ?? Self.latencyBuckets.count
+        state.withLock { state in
+            var histogram = state.histograms[key] ?? Histogram(buckets: Array(repeating: 0, count: Self.latencyBuckets.count + 1))
+            histogram.buckets[bucket] += 1
+            histogram.sum += seconds
+            histogram.count += 1
+            state.histograms[key] = histogram
+        }
+    }
+
+    /// The current value of a counter (0 if never touched).
+    public func counter(_ name: String, _ labels: KeyValuePairs<String, String> = [:]) -> Double {
+        let key = Self.key(name, labels)
+        return state.withLock { $0.counters[key] ?? 0 }
+    }
+
+    /// The current value of a gauge (0 if never set).
+    public func gauge(_ name: String, _ labels: KeyValuePairs<String, String> = [:]) -> Double {
+        let key = Self.key(name, labels)
+        return state.withLock { $0.gauges[key] ?? 0 }
+    }
+
+    /// Everything, in Prometheus text exposition format 0.0.4.
+    public func render() -> String {
+        let snapshot = state.withLock { $0 }
+        var families: [String: [String]] = [:]
+        for (key, value) in snapshot.counters {
+            families[key.name, default: []].append("\(key.name)\(Self.labelText(key.labels)) \(Self.number(value))")
+        }
+        for (key, value) in snapshot.gauges {
+            families[key.name, default: []].append("\(key.name)\(Self.labelText(key.labels)) \(Self.number(value))")
+        }
+        for (key, histogram) in snapshot.histograms {
+            var lines: [String] = []
+            var cumulative: UInt64 = 0
+            for (index, bound) in Self.latencyBuckets.enumerated() {
+                cumulative += histogram.buckets[index]
+                lines.append("\(key.name)_bucket\(Self.labelText(key.labels + ["le", Self.number(bound)])) \(cumulative)")
+            }
+            lines.append("\(key.name)_bucket\(Self.labelText(key.labels + ["le", "+Inf"])) \(histogram.count)")
+            lines.append("\(key.name)_sum\(Self.labelText(key.labels)) \(histogram.sum)")
+            lines.append("\(key.name)_count\(Self.labelText(key.labels)) \(histogram.count)")
+            families[key.name, default: []].append(contentsOf: lines)
+        }
+        var output = ""
+        for name in families.keys.sorted() {
+            let (type, text) = help[name] ?? ("untyped", name)
+            output += "# HELP \(name) \(text)\n# TYPE \(name) \(type)\n"
+            for line in families[name]!.sorted() { output += line + "\n" }
+        }
+        return output
+    }
+
+    private static func key(_ name: String, _ labels: KeyValuePairs<String, String>) -> Key {
+        Key(name: name, labels: labels.flatMap { [$0.key, $0.value] })
+    }
+
+    private static func labelText(_ flat: [String]) -> String {
+        guard !flat.isEmpty else { return "" }
+        var parts: [String] = []
+        var index = 0
+        while index + 1 < flat.count {
+            let value = flat[index + 1].replacingOccurrences(of: "\\", with: "\\\\")
+                .replacingOccurrences(of: "\"", with: "\\\"").replacingOccurrences(of: "\n", with: "\\n")
+            parts.append("\(flat[index])=\"\(value)\"")
+            index += 2
+        }
+        return "{" + parts.joined(separator: ",") + "}"
+    }
+
+    private static func number(_ value: Double) -> String {
+        value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+    }
+}

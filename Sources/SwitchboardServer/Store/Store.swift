@@ -1,0 +1,162 @@
+import Dispatch
+import Foundation
+import Synchronization
+import SwitchboardSystem
+
+/// The embedded store: one SQLite file in WAL mode under the data directory.
+///
+/// One writer: every write runs on the store's serial queue with the single write connection.
+/// Reads that must not wait behind writes use a second connection. Apps are cached in memory,
+/// since every token check looks one up.
+public final class Store: Sendable {
+    /// The schema, one entry per version; entry N upgrades version N to N+1. Never edit a
+    /// released entry: add a new one.
+    static let migrations: [String] = [
+        """
+        CREATE TABLE apps (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            api_key TEXT NOT NULL UNIQUE,
+            api_secret TEXT NOT NULL,
+            bundle_id TEXT NOT NULL,
+            created_at INTEGER NOT NULL
+        );
+        """
+    ]
+
+    public let path: String
+    private let writer: Mutex<SQLiteDatabase?>
+    private let reader: Mutex<SQLiteDatabase?>
+    private let queue = DispatchQueue(label: "switchboard.store.writer")
+    private let apps = Mutex<[String: App]>([:])
+    private let metrics: Metrics?
+    private let logger: Logger
+
+    /// Opens or creates `switchboard.db` in `directory`, migrating it to the current schema.
+    public init(directory: String, metrics: Metrics? = nil, logger: Logger = Logger()) throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        path = (directory as NSString).appendingPathComponent("switchboard.db")
+        self.metrics = metrics
+        self.logger = logger
+        let database = try SQLiteDatabase(path: path)
+        try database.execute("PRAGMA journal_mode = WAL")
+        // NORMAL in WAL mode: a crash of the process never loses a committed transaction;
+        // a power loss may lose the last few, never consistency.
+        try database.execute("PRAGMA synchronous = NORMAL")
+        try database.execute("PRAGMA foreign_keys = ON")
+        try Self.migrate(database, logger: logger)
+        let loaded = try Self.loadApps(database)
+        writer = Mutex(database)
+        reader = Mutex(try SQLiteDatabase(path: path, readOnly: true))
+        apps.withLock { $0 = Dictionary(uniqueKeysWithValues: loaded.map { ($0.apiKey, $0) }) }
+    }
+
+    /// The schema version this build writes.
+    public static var schemaVersion: Int { migrations.count }
+
+    private static func migrate(_ database: SQLiteDatabase, logger: Logger) throws {
+        let current = try database.userVersion
+        guard current <= migrations.count else {
+            throw SQLiteError(code: 0, message: "database schema version \(current) is newer than this build (\(migrations.count))")
+        }
+        for version in current..<migrations.count {
+            try database.transaction {
+                try database.execute(migrations[version])
+                try database.execute("PRAGMA user_version = \(version + 1)")
+            }
+            logger.info("store migrated", ["version": String(version + 1)])
+        }
+    }
+
+    /// Runs `body` with the write connection on the writer queue and waits for it.
+    public func write<T: Sendable>(_ body: @Sendable (SQLiteDatabase) throws -> T) throws -> T {
+        try queue.sync {
+            try writer.withLock { database in
+                guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
+                do {
+                    let result = try database.transaction { try body(database) }
+                    metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"])
+                    return result
+                } catch {
+                    metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
+                    throw error
+                }
+            }
+        }
+    }
+
+    /// Finishes queued writes, checkpoints the WAL and closes the file.
+    public func close() {
+        queue.sync {
+            writer.withLock { database in
+                try? database?.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                database?.close()
+                database = nil
+            }
+        }
+        reader.withLock { database in
+            database?.close()
+            database = nil
+        }
+    }
+
+    /// `PRAGMA integrity_check`: "ok" when the file is sound.
+    public func integrityCheck() throws -> String {
+        try queue.sync {
+            try writer.withLock { database in
+                guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
+                let rows = try database.query("PRAGMA integrity_check")
+                return rows.compactMap { $0.first?.string }.joined(separator: "; ")
+            }
+        }
+    }
+
+    // MARK: Apps
+
+    /// Saves a new app.
+    public func insert(_ app: App) throws {
+        _ = try write { database in
+            try database.query(
+                "INSERT INTO apps (id, name, api_key, api_secret, bundle_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [.text(app.id), .text(app.name), .text(app.apiKey), .text(app.apiSecret), .text(app.bundleID),
+                 .integer(Int64(app.createdAt.timeIntervalSince1970 * 1000))])
+        }
+        apps.withLock { $0[app.apiKey] = app }
+    }
+
+    /// The app with API key `apiKey`: from memory, else from the file (an app created by
+    /// another process, such as `switchboard app create`, while this one runs).
+    public func app(apiKey: String) -> App? {
+        if let cached = apps.withLock({ $0[apiKey] }) { return cached }
+        guard apiKey.utf8.count <= 128 else { return nil }
+        let found = reader.withLock { database -> App? in
+            guard let database,
+                let rows = try? database.query(Self.selectApps + " WHERE api_key = ?", [.text(apiKey)])
+            else { return nil }
+            return rows.first.map(Self.app(from:))
+        }
+        if let found { apps.withLock { $0[apiKey] = found } }
+        return found
+    }
+
+    /// Every app, oldest first.
+    public func allApps() throws -> [App] {
+        try reader.withLock { database in
+            guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
+            return try database.query(Self.selectApps + " ORDER BY created_at, id").map(Self.app(from:))
+        }
+    }
+
+    private static let selectApps = "SELECT id, name, api_key, api_secret, bundle_id, created_at FROM apps"
+
+    private static func loadApps(_ database: SQLiteDatabase) throws -> [App] {
+        try database.query(selectApps).map(app(from:))
+    }
+
+    private static func app(from row: [SQLValue]) -> App {
+        App(
+            id: row[0].string ?? "", name: row[1].string ?? "", apiKey: row[2].string ?? "",
+            apiSecret: row[3].string ?? "", bundleID: row[4].string ?? "",
+            createdAt: Date(timeIntervalSince1970: Double(row[5].int64 ?? 0) / 1000))
+    }
+}

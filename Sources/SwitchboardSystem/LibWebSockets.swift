@@ -1,0 +1,1072 @@
+// The only Swift file that imports libwebsockets. Everything above sees `EventLoop`,
+// `HTTPServer`, `WebSocketClient` and plain Swift values, never an lws pointer.
+
+import CLibWebSockets
+import Foundation
+import Synchronization
+
+// MARK: - Event loop
+
+/// One libwebsockets context serviced by one thread of its own.
+///
+/// Work from other threads reaches the loop through `execute(_:)`; timers run on it through
+/// `schedule(after:_:)`. Everything marked "loop thread only" must be called from code that
+/// already runs on the loop (a handler callback, an `execute` closure or a timer).
+public final class EventLoop: @unchecked Sendable {
+    // Safety: `context` is set once in init. `pending` is guarded by its Mutex. All other
+    // stored state is touched only on the loop thread (checked by `assertOnLoop()`).
+    fileprivate var context: OpaquePointer!
+    private let pending = Mutex<[@Sendable () -> Void]>([])
+    private let stopRequested = Atomic<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+    private var thread: Thread?
+    private let loopThreadID = Mutex<pthread_t?>(nil)
+    private let protocols: UnsafeMutablePointer<lws_protocols>
+    private let protocolNames: [UnsafeMutablePointer<CChar>]
+    private let hostName: UnsafeMutablePointer<CChar>?
+    private let retryPolicy: UnsafeMutablePointer<lws_retry_bo_t>
+    private let timerSlot: UnsafeMutableRawPointer
+    private var timers = TimerHeap()
+    private var timerArmedAt: UInt64 = .max
+
+    fileprivate weak var server: HTTPServer?
+    fileprivate var clients: [UInt: WebSocketClient] = [:]
+
+    /// The port the server listens on (useful with port 0), or nil for a client-only loop.
+    public private(set) var port: Int?
+
+    /// A loop for outgoing WebSocket connections only.
+    public convenience init(name: String = "switchboard-client") throws {
+        try self.init(listen: nil, server: nil, name: name)
+    }
+
+    fileprivate init(listen: HTTPServer.Options?, server: HTTPServer?, name: String) throws {
+        protocolNames = [strdup("switchboard-server")!, strdup("switchboard-client")!]
+        protocols = .allocate(capacity: 3)
+        protocols.initialize(repeating: lws_protocols(), count: 3)
+        protocols[0].name = UnsafePointer(protocolNames[0])
+        protocols[0].callback = serverCallback
+        protocols[0].rx_buffer_size = 16 * 1024
+        protocols[1].name = UnsafePointer(protocolNames[1])
+        protocols[1].callback = clientCallback
+        protocols[1].rx_buffer_size = 16 * 1024
+        retryPolicy = .allocate(capacity: 1)
+        retryPolicy.initialize(to: lws_retry_bo_t())
+        timerSlot = .allocate(
+            byteCount: MemoryLayout<lws_sorted_usec_list_t>.stride + MemoryLayout<UnsafeRawPointer>.stride,
+            alignment: 16)
+        timerSlot.initializeMemory(
+            as: UInt8.self, repeating: 0,
+            count: MemoryLayout<lws_sorted_usec_list_t>.stride + MemoryLayout<UnsafeRawPointer>.stride)
+        hostName = listen.map { strdup($0.host)! }
+        self.server = server
+
+        lws_set_log_level(Int32(LLL_ERR), lwsLogEmitter)
+        var info = lws_context_creation_info()
+        info.protocols = UnsafePointer(protocols)
+        info.user = Unmanaged.passUnretained(self).toOpaque()
+        info.options = sb_lws_option_disable_ipv6
+        if let listen {
+            info.port = Int32(listen.port)
+            info.iface = UnsafePointer(hostName)
+            info.max_http_header_data = UInt16(clamping: listen.maxHeaderBytes)
+            info.options |= sb_lws_option_validate_utf8
+            retryPolicy.pointee.secs_since_valid_ping = UInt16(clamping: listen.pingIntervalSeconds)
+            retryPolicy.pointee.secs_since_valid_hangup = UInt16(clamping: listen.idleTimeoutSeconds)
+            info.retry_and_idle_policy = UnsafePointer(retryPolicy)
+            info.timeout_secs = UInt32(clamping: listen.httpTimeoutSeconds)
+        } else {
+            info.port = sb_lws_context_port_no_listen
+            retryPolicy.pointee.secs_since_valid_ping = 3600
+            retryPolicy.pointee.secs_since_valid_hangup = 7200
+        }
+        timerSlot.storeBytes(
+            of: Unmanaged.passUnretained(self).toOpaque(),
+            toByteOffset: MemoryLayout<lws_sorted_usec_list_t>.stride, as: UnsafeMutableRawPointer.self)
+        guard let context = lws_create_context(&info) else {
+            throw SystemError.listenFailed(host: listen?.host ?? "-", port: listen?.port ?? 0)
+        }
+        self.context = context
+        if listen != nil, let vhost = lws_get_vhost_by_name(context, "default") {
+            port = Int(lws_get_vhost_listen_port(vhost))
+        }
+        let thread = Thread { [self] in self.run() }
+        thread.name = name
+        self.thread = thread
+        thread.start()
+    }
+
+    deinit {
+        protocols.deallocate()
+        protocolNames.forEach { free($0) }
+        if let hostName { free(hostName) }
+        retryPolicy.deallocate()
+        timerSlot.deallocate()
+    }
+
+    private func run() {
+        loopThreadID.withLock { $0 = pthread_self() }
+        while !stopRequested.load(ordering: .acquiring) {
+            lws_service(context, 0)
+        }
+        drainPending()
+        lws_context_destroy(context)
+        clients.removeAll()
+        finished.signal()
+    }
+
+    /// Runs `work` on the loop thread, soon. Callable from any thread.
+    public func execute(_ work: @escaping @Sendable () -> Void) {
+        pending.withLock { $0.append(work) }
+        lws_cancel_service(context)
+    }
+
+    fileprivate func drainPending() {
+        let work = pending.withLock { queue -> [@Sendable () -> Void] in
+            let taken = queue
+            queue.removeAll(keepingCapacity: true)
+            return taken
+        }
+        for item in work { item() }
+    }
+
+    /// Ends the loop: destroys the context (closing every connection) and joins the thread.
+    /// Callable from any thread but the loop's own.
+    public func stop() {
+        if stopRequested.exchange(true, ordering: .acquiringAndReleasing) == false {
+            lws_cancel_service(context)
+            finished.wait()
+        }
+    }
+
+    /// Whether the caller runs on the loop thread.
+    public var isOnLoop: Bool {
+        guard let id = loopThreadID.withLock({ $0 }) else { return false }
+        return pthread_equal(id, pthread_self()) != 0
+    }
+
+    /// Traps when called off the loop thread.
+    public func assertOnLoop(file: StaticString = #fileID, line: UInt = #line) {
+        precondition(isOnLoop, "called off the event loop thread", file: file, line: line)
+    }
+
+    // MARK: Timers
+
+    /// Runs `body` on the loop after `delay`. Loop thread only.
+    @discardableResult
+    public func schedule(after delay: Duration, _ body: @escaping () -> Void) -> TimerID {
+        let deadline = Self.nowMicros() &+ UInt64(max(0, delay.microseconds))
+        let id = timers.insert(deadline: deadline, body)
+        armTimer()
+        return id
+    }
+
+    /// Cancels a timer; harmless if it already ran. Loop thread only.
+    public func cancel(_ timer: TimerID) {
+        timers.cancel(timer)
+    }
+
+    private func armTimer() {
+        guard let next = timers.nextDeadline() else { return }
+        if next >= timerArmedAt { return }
+        timerArmedAt = next
+        let now = Self.nowMicros()
+        let wait = next > now ? next - now : 0
+        lws_sul_schedule(
+            context, 0, timerSlot.assumingMemoryBound(to: lws_sorted_usec_list_t.self),
+            timerFired, lws_usec_t(wait))
+    }
+
+    fileprivate func fireTimers() {
+        timerArmedAt = .max
+        let now = Self.nowMicros()
+        while let body = timers.popDue(now: now) { body() }
+        armTimer()
+    }
+
+    static func nowMicros() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000
+    }
+
+    fileprivate static func from(context: OpaquePointer?) -> EventLoop? {
+        guard let context, let user = lws_context_user(context) else { return nil }
+        return Unmanaged<EventLoop>.fromOpaque(user).takeUnretainedValue()
+    }
+
+    fileprivate static func from(wsi: OpaquePointer?) -> EventLoop? {
+        guard let wsi else { return nil }
+        return from(context: lws_get_context(wsi))
+    }
+}
+
+private func timerFired(_ sul: UnsafeMutablePointer<lws_sorted_usec_list_t>?) {
+    guard let sul else { return }
+    let raw = UnsafeRawPointer(sul).load(
+        fromByteOffset: MemoryLayout<lws_sorted_usec_list_t>.stride, as: UnsafeMutableRawPointer.self)
+    Unmanaged<EventLoop>.fromOpaque(raw).takeUnretainedValue().fireTimers()
+}
+
+private func lwsLogEmitter(_ level: Int32, _ line: UnsafePointer<CChar>?) {
+    guard let line else { return }
+    let text = String(cString: line).trimmingCharacters(in: .whitespacesAndNewlines)
+    SystemLog.logger.log(.warning, "libwebsockets", ["detail": text])
+}
+
+extension Duration {
+    var microseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000 + attoseconds / 1_000_000_000_000
+    }
+}
+
+// MARK: - Outbound frames
+
+/// A WebSocket message ready to send, with libwebsockets' header room in front. One frame can be
+/// queued on many connections (fan-out) without copying.
+public final class OutboundFrame: @unchecked Sendable {
+    // Safety: the bytes are written once in init; libwebsockets writes the frame header into
+    // the reserved room in front only on the loop thread, one connection at a time.
+    fileprivate let storage: UnsafeMutableRawPointer
+    public let count: Int
+    public let isBinary: Bool
+
+    public init(_ payload: some Collection<UInt8>, binary: Bool = false) {
+        count = payload.count
+        isBinary = binary
+        storage = .allocate(byteCount: Int(sb_lws_pre) + max(count, 1), alignment: 16)
+        let body = storage.advanced(by: Int(sb_lws_pre)).assumingMemoryBound(to: UInt8.self)
+        _ = UnsafeMutableBufferPointer(start: body, count: count).initialize(from: payload)
+    }
+
+    public convenience init(text: String) {
+        self.init(Array(text.utf8))
+    }
+
+    deinit { storage.deallocate() }
+
+    /// The payload bytes.
+    public var bytes: [UInt8] {
+        Array(UnsafeRawBufferPointer(start: storage.advanced(by: Int(sb_lws_pre)), count: count))
+    }
+}
+
+/// A bounded queue of outgoing frames for one connection.
+struct SendQueue {
+    private var frames: [OutboundFrame] = []
+    private var head = 0
+    private(set) var bytes = 0
+
+    var isEmpty: Bool { head == frames.count }
+
+    mutating func append(_ frame: OutboundFrame) {
+        frames.append(frame)
+        bytes += frame.count
+    }
+
+    mutating func popFirst() -> OutboundFrame? {
+        guard head < frames.count else { return nil }
+        let frame = frames[head]
+        head += 1
+        bytes -= frame.count
+        if head == frames.count {
+            frames.removeAll(keepingCapacity: frames.count < 64)
+            head = 0
+        }
+        return frame
+    }
+}
+
+private func writeFrame(_ wsi: OpaquePointer, _ frame: OutboundFrame) -> Bool {
+    let body = frame.storage.advanced(by: Int(sb_lws_pre)).assumingMemoryBound(to: UInt8.self)
+    let kind = frame.isBinary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT
+    let written = lws_write(wsi, body, frame.count, kind)
+    return written >= frame.count
+}
+
+private func closeWith(_ wsi: OpaquePointer, code: UInt16, reason: String) {
+    var bytes = Array(reason.utf8.prefix(120))
+    bytes.withUnsafeMutableBufferPointer { buffer in
+        lws_close_reason(wsi, lws_close_status(rawValue: UInt32(code)), buffer.baseAddress, buffer.count)
+    }
+}
+
+// MARK: - HTTP server
+
+/// An HTTP method the server understands.
+public enum HTTPMethod: String, Sendable {
+    case get = "GET", post = "POST", put = "PUT", patch = "PATCH", delete = "DELETE"
+    case options = "OPTIONS", head = "HEAD"
+}
+
+/// A request as the handler sees it: the head, with the whole body read.
+public struct HTTPRequest: Sendable {
+    public var method: HTTPMethod
+    /// The path, percent-decoded, without the query.
+    public var path: String
+    public var query: [String: String]
+    /// Header values by lower-case name, for the headers the server reads.
+    public var headers: [String: String]
+    public var body: [UInt8]
+    public var remoteAddress: String
+
+    public init(
+        method: HTTPMethod, path: String, query: [String: String] = [:], headers: [String: String] = [:],
+        body: [UInt8] = [], remoteAddress: String = "127.0.0.1"
+    ) {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.remoteAddress = remoteAddress
+    }
+}
+
+/// A response to send.
+public struct HTTPResponse: Sendable {
+    public enum Body: Sendable {
+        case bytes([UInt8])
+        /// A file on disk, streamed by libwebsockets.
+        case file(path: String)
+    }
+
+    public var status: Int
+    public var contentType: String
+    public var headers: [(String, String)]
+    public var body: Body
+    /// Close the connection after this response (used when a request body is refused unread).
+    public var closeConnection: Bool
+
+    public init(
+        status: Int, contentType: String = "application/json", headers: [(String, String)] = [],
+        body: Body = .bytes([]), closeConnection: Bool = false
+    ) {
+        self.status = status
+        self.contentType = contentType
+        self.headers = headers
+        self.body = body
+        self.closeConnection = closeConnection
+    }
+}
+
+/// Identifies one accepted connection for its whole life; never reused.
+public struct ConnectionID: Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt64
+    public var description: String { "c\(rawValue)" }
+}
+
+/// What to do with a WebSocket upgrade request.
+public enum UpgradeDecision {
+    /// Accept; `tag` comes back in `webSocketOpened` so the handler knows which endpoint it was.
+    case accept(tag: Int)
+    /// Refuse with an HTTP response (for example 401) before the upgrade.
+    case reject(HTTPResponse)
+}
+
+/// The server's side of HTTP and WebSocket events. Every method runs on the loop thread.
+public protocol HTTPServerHandler: AnyObject {
+    /// Called once, before the server accepts anything, with the server that will call back.
+    func attach(to server: HTTPServer)
+    /// A complete request. Answer with `HTTPServer.respond(to:with:)`, now or later.
+    func handle(_ request: HTTPRequest, on connection: ConnectionID)
+    /// A request to upgrade to WebSocket (its body is empty).
+    func shouldUpgrade(_ request: HTTPRequest, on connection: ConnectionID) -> UpgradeDecision
+    func webSocketOpened(_ connection: ConnectionID, tag: Int)
+    func webSocketReceived(_ connection: ConnectionID, message: [UInt8], binary: Bool)
+    /// The connection is gone, whoever closed it. `code` is the close code the peer sent, if any.
+    func webSocketClosed(_ connection: ConnectionID, peerCode: UInt16?)
+    /// A new TCP connection is about to be accepted; returning false refuses it.
+    func shouldAcceptConnection() -> Bool
+}
+
+/// An HTTP/1.1 and WebSocket server on libwebsockets, serviced by its own event loop.
+public final class HTTPServer: @unchecked Sendable {
+    // Safety: all mutable state is confined to the loop thread; see `EventLoop`.
+
+    /// Transport limits; each is documented in docs/configuration.md.
+    public struct Options: Sendable {
+        public var host: String
+        public var port: Int
+        /// Largest request head (request line and headers) accepted.
+        public var maxHeaderBytes: Int = 8 * 1024
+        /// Largest request body accepted.
+        public var maxBodyBytes: Int = 1024 * 1024
+        /// Largest WebSocket message accepted, per endpoint tag; the default applies otherwise.
+        public var maxMessageBytes: Int = 64 * 1024
+        public var maxMessageBytesByTag: [Int: Int] = [:]
+        /// Queued outgoing bytes per WebSocket before the connection is dropped as too slow.
+        public var maxSendQueueBytes: Int = 1024 * 1024
+        /// Silence after which the server pings a WebSocket.
+        public var pingIntervalSeconds: Int = 20
+        /// Silence (no frame, not even a pong) after which a WebSocket is closed.
+        public var idleTimeoutSeconds: Int = 45
+        /// Time allowed for an HTTP request to arrive in full.
+        public var httpTimeoutSeconds: Int = 10
+        /// Extra request headers to read besides the common ones (lower case).
+        public var extraHeaders: [String] = []
+
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+    }
+
+    public let options: Options
+    public private(set) var loop: EventLoop!
+    private let handler: (any HTTPServerHandler)?
+    private var connectionsByWSI: [UInt: Connection] = [:]
+    private var connections: [ConnectionID: Connection] = [:]
+    private var nextID: UInt64 = 0
+
+    /// Starts listening. The server keeps `handler` for its life; the handler should hold the
+    /// server it is given in `attach(to:)` weakly.
+    public init(options: Options, handler: any HTTPServerHandler) throws {
+        self.options = options
+        self.handler = handler
+        handler.attach(to: self)
+        loop = try EventLoop(listen: options, server: self, name: "switchboard-loop")
+    }
+
+    /// The port the server listens on.
+    public var port: Int { loop.port ?? options.port }
+
+    /// Stops the loop and closes every connection at once. Call from outside the loop.
+    public func stop() {
+        loop.stop()
+    }
+
+    /// The number of open WebSocket connections. Loop thread only.
+    public var webSocketCount: Int {
+        connections.values.reduce(0) { $0 + ($1.isWebSocket ? 1 : 0) }
+    }
+
+    // MARK: Loop-thread API
+
+    /// Sends a response to the request that is waiting on `connection`. A connection that has
+    /// gone away is ignored. Loop thread only.
+    public func respond(to connection: ConnectionID, with response: HTTPResponse) {
+        guard let conn = connections[connection], conn.pendingResponse == nil, !conn.isWebSocket else { return }
+        conn.pendingResponse = response
+        conn.responsePhase = .headers
+        lws_callback_on_writable(conn.wsi)
+    }
+
+    /// Queues a WebSocket message. Returns false (and drops the connection with 1008) when the
+    /// send queue is over its limit. Loop thread only.
+    @discardableResult
+    public func send(_ frame: OutboundFrame, to connection: ConnectionID) -> Bool {
+        guard let conn = connections[connection], conn.isWebSocket, conn.closeRequested == nil else { return false }
+        if conn.sendQueue.bytes + frame.count > options.maxSendQueueBytes {
+            SystemLog.logger.log(
+                .warning, "dropping slow consumer",
+                ["conn": connection.description, "queued_bytes": String(conn.sendQueue.bytes)])
+            close(connection, code: 1008, reason: "send queue full")
+            return false
+        }
+        conn.sendQueue.append(frame)
+        lws_callback_on_writable(conn.wsi)
+        return true
+    }
+
+    /// Closes a WebSocket with a close code once its queued messages are sent. Loop thread only.
+    public func close(_ connection: ConnectionID, code: UInt16, reason: String) {
+        guard let conn = connections[connection], conn.isWebSocket, conn.closeRequested == nil else { return }
+        conn.closeRequested = (code, reason)
+        lws_callback_on_writable(conn.wsi)
+    }
+
+    /// The open WebSocket connections. Loop thread only.
+    public var webSocketConnections: [ConnectionID] {
+        connections.values.filter(\.isWebSocket).map(\.id)
+    }
+
+    // MARK: Callback plumbing
+
+    fileprivate final class Connection {
+        enum ResponsePhase { case headers, body }
+        let id: ConnectionID
+        let wsi: OpaquePointer
+        var isWebSocket = false
+        var tag = 0
+        var request: HTTPRequest?
+        var bodyLimitExceeded = false
+        var pendingResponse: HTTPResponse?
+        var responsePhase = ResponsePhase.headers
+        var responseOffset = 0
+        var rx: [UInt8] = []
+        var rxOverflow = false
+        var sendQueue = SendQueue()
+        var closeRequested: (UInt16, String)?
+        var peerCloseCode: UInt16?
+
+        init(id: ConnectionID, wsi: OpaquePointer) {
+            self.id = id
+            self.wsi = wsi
+        }
+    }
+
+    private func connection(for wsi: OpaquePointer) -> Connection {
+        let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi)))
+        if let existing = connectionsByWSI[key] { return existing }
+        nextID += 1
+        let conn = Connection(id: ConnectionID(rawValue: nextID), wsi: wsi)
+        connectionsByWSI[key] = conn
+        connections[conn.id] = conn
+        return conn
+    }
+
+    private func existingConnection(for wsi: OpaquePointer) -> Connection? {
+        connectionsByWSI[UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi)))]
+    }
+
+    private func forget(_ wsi: OpaquePointer) {
+        let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi)))
+        guard let conn = connectionsByWSI.removeValue(forKey: key) else { return }
+        connections.removeValue(forKey: conn.id)
+        if conn.isWebSocket {
+            conn.isWebSocket = false
+            handler?.webSocketClosed(conn.id, peerCode: conn.peerCloseCode)
+        }
+    }
+
+    fileprivate func callback(
+        _ wsi: OpaquePointer, _ reason: lws_callback_reasons, _ input: UnsafeMutableRawPointer?, _ length: Int
+    ) -> Int32 {
+        switch reason {
+        case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+            loop.drainPending()
+            return 0
+
+        case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
+            return handler?.shouldAcceptConnection() == false ? 1 : 0
+
+        case LWS_CALLBACK_HTTP:
+            let conn = connection(for: wsi)
+            conn.pendingResponse = nil
+            conn.responseOffset = 0
+            conn.bodyLimitExceeded = false
+            guard let request = readRequestHead(wsi) else {
+                respond(to: conn.id, with: Self.plainError(400, "bad_request", "unsupported request"))
+                return 0
+            }
+            let declaredLength = Int(header(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) ?? "") ?? 0
+            if declaredLength > options.maxBodyBytes {
+                var refusal = Self.plainError(413, "payload_too_large", "request body is larger than \(options.maxBodyBytes) bytes")
+                refusal.closeConnection = true
+                respond(to: conn.id, with: refusal)
+                conn.bodyLimitExceeded = true
+                return 0
+            }
+            conn.request = request
+            if declaredLength > 0 { return 0 }  // wait for the body
+            conn.request = nil
+            handler?.handle(request, on: conn.id)
+            return 0
+
+        case LWS_CALLBACK_HTTP_BODY:
+            guard let conn = existingConnection(for: wsi), !conn.bodyLimitExceeded, let input else { return 0 }
+            if (conn.request?.body.count ?? 0) + length > options.maxBodyBytes {
+                conn.bodyLimitExceeded = true
+                conn.request = nil
+                var refusal = Self.plainError(413, "payload_too_large", "request body is larger than \(options.maxBodyBytes) bytes")
+                refusal.closeConnection = true
+                respond(to: conn.id, with: refusal)
+                return 0
+            }
+            conn.request?.body.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length))
+            return 0
+
+        case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+            guard let conn = existingConnection(for: wsi), let request = conn.request else { return 0 }
+            conn.request = nil
+            handler?.handle(request, on: conn.id)
+            return 0
+
+        case LWS_CALLBACK_HTTP_WRITEABLE:
+            guard let conn = existingConnection(for: wsi) else { return 0 }
+            return writeResponse(conn)
+
+        case LWS_CALLBACK_HTTP_FILE_COMPLETION:
+            return lws_http_transaction_completed(wsi) != 0 ? -1 : 0
+
+        case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+            let conn = connection(for: wsi)
+            guard let upgrade = input.map({ String(cString: $0.assumingMemoryBound(to: CChar.self)) }),
+                upgrade.lowercased() == "websocket", var request = readRequestHead(wsi)
+            else {
+                return -1
+            }
+            request.body = []
+            switch handler?.shouldUpgrade(request, on: conn.id) ?? .reject(Self.plainError(503, "unavailable", "shutting down")) {
+            case .accept(let tag):
+                conn.tag = tag
+                return 0
+            case .reject(let response):
+                return writeImmediately(wsi, response) ? 1 : -1
+            }
+
+        case LWS_CALLBACK_ESTABLISHED:
+            let conn = connection(for: wsi)
+            conn.isWebSocket = true
+            handler?.webSocketOpened(conn.id, tag: conn.tag)
+            return 0
+
+        case LWS_CALLBACK_RECEIVE:
+            guard let conn = existingConnection(for: wsi) else { return -1 }
+            let limit = options.maxMessageBytesByTag[conn.tag] ?? options.maxMessageBytes
+            if conn.rx.count + length > limit {
+                closeWith(wsi, code: 1009, reason: "message larger than \(limit) bytes")
+                return -1
+            }
+            if let input, length > 0 {
+                conn.rx.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length))
+            }
+            if lws_is_final_fragment(wsi) != 0 && lws_remaining_packet_payload(wsi) == 0 {
+                let message = conn.rx
+                conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 64 * 1024)
+                handler?.webSocketReceived(conn.id, message: message, binary: lws_frame_is_binary(wsi) != 0)
+            }
+            return 0
+
+        case LWS_CALLBACK_SERVER_WRITEABLE:
+            guard let conn = existingConnection(for: wsi) else { return -1 }
+            if let frame = conn.sendQueue.popFirst() {
+                if !writeFrame(wsi, frame) { return -1 }
+                if !conn.sendQueue.isEmpty || conn.closeRequested != nil { lws_callback_on_writable(wsi) }
+                return 0
+            }
+            if let (code, reason) = conn.closeRequested {
+                closeWith(wsi, code: code, reason: reason)
+                return -1
+            }
+            return 0
+
+        case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+            if let conn = existingConnection(for: wsi), let input, length >= 2 {
+                let bytes = input.assumingMemoryBound(to: UInt8.self)
+                conn.peerCloseCode = UInt16(bytes[0]) << 8 | UInt16(bytes[1])
+            }
+            return 0
+
+        case LWS_CALLBACK_CLOSED, LWS_CALLBACK_CLOSED_HTTP, LWS_CALLBACK_WSI_DESTROY:
+            forget(wsi)
+            return 0
+
+        default:
+            return lws_callback_http_dummy(wsi, reason, nil, input, length)
+        }
+    }
+
+    private func writeResponse(_ conn: Connection) -> Int32 {
+        guard let response = conn.pendingResponse else { return 0 }
+        let wsi = conn.wsi
+        if case .file(let path) = response.body {
+            conn.pendingResponse = nil
+            let status = lws_serve_http_file(wsi, path, response.contentType, nil, 0)
+            if status < 0 { return -1 }
+            if status > 0 { return lws_http_transaction_completed(wsi) != 0 ? -1 : 0 }
+            return 0
+        }
+        guard case .bytes(let body) = response.body else { return 0 }
+        switch conn.responsePhase {
+        case .headers:
+            guard writeHead(wsi, response, contentLength: body.count) else { return -1 }
+            if body.isEmpty {
+                conn.pendingResponse = nil
+                return finishTransaction(wsi, response)
+            }
+            conn.responsePhase = .body
+            conn.responseOffset = 0
+            lws_callback_on_writable(wsi)
+            return 0
+        case .body:
+            let chunk = min(body.count - conn.responseOffset, 16 * 1024)
+            let isLast = conn.responseOffset + chunk == body.count
+            var buffer = [UInt8](repeating: 0, count: Int(sb_lws_pre) + chunk)
+            buffer.replaceSubrange(
+                Int(sb_lws_pre)..<(Int(sb_lws_pre) + chunk),
+                with: body[conn.responseOffset..<(conn.responseOffset + chunk)])
+            let written = buffer.withUnsafeMutableBufferPointer { raw in
+                lws_write(wsi, raw.baseAddress! + Int(sb_lws_pre), chunk, isLast ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP)
+            }
+            if written < chunk { return -1 }
+            conn.responseOffset += chunk
+            if isLast {
+                conn.pendingResponse = nil
+                return finishTransaction(wsi, response)
+            }
+            lws_callback_on_writable(wsi)
+            return 0
+        }
+    }
+
+    private func finishTransaction(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Int32 {
+        if response.closeConnection { return -1 }
+        return lws_http_transaction_completed(wsi) != 0 ? -1 : 0
+    }
+
+    /// Writes the status line and headers.
+    private func writeHead(_ wsi: OpaquePointer, _ response: HTTPResponse, contentLength: Int) -> Bool {
+        var buffer = [UInt8](repeating: 0, count: Int(sb_lws_pre) + 4096)
+        return buffer.withUnsafeMutableBufferPointer { raw -> Bool in
+            let start = raw.baseAddress! + Int(sb_lws_pre)
+            let end = raw.baseAddress! + raw.count - 1
+            var cursor: UnsafeMutablePointer<UInt8>? = start
+            if lws_add_http_common_headers(
+                wsi, UInt32(response.status), response.contentType, lws_filepos_t(contentLength), &cursor, end) != 0
+            {
+                return false
+            }
+            var extra = response.headers
+            extra.append(("cache-control", "no-store"))
+            if response.closeConnection { extra.append(("connection", "close")) }
+            for (name, value) in extra {
+                let headerName = name.lowercased() + ":"
+                let bytes = Array(value.utf8)
+                let failed = bytes.withUnsafeBufferPointer { valuePointer in
+                    lws_add_http_header_by_name(
+                        wsi, headerName, valuePointer.baseAddress, Int32(valuePointer.count), &cursor, end) != 0
+                }
+                if failed { return false }
+            }
+            return lws_finalize_write_http_header(wsi, start, &cursor, end) == 0
+        }
+    }
+
+    /// Writes a whole small response at once (used to refuse an upgrade).
+    private func writeImmediately(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Bool {
+        guard case .bytes(let body) = response.body, writeHead(wsi, response, contentLength: body.count) else {
+            return false
+        }
+        if body.isEmpty { return true }
+        var buffer = [UInt8](repeating: 0, count: Int(sb_lws_pre)) + body
+        let written = buffer.withUnsafeMutableBufferPointer { raw in
+            lws_write(wsi, raw.baseAddress! + Int(sb_lws_pre), body.count, LWS_WRITE_HTTP_FINAL)
+        }
+        return written >= body.count
+    }
+
+    private func readRequestHead(_ wsi: OpaquePointer) -> HTTPRequest? {
+        var uriPointer: UnsafeMutablePointer<CChar>?
+        var uriLength: Int32 = 0
+        let methodIndex = lws_http_get_uri_and_method(wsi, &uriPointer, &uriLength)
+        guard methodIndex >= 0, let uriPointer else { return nil }
+        let methods: [HTTPMethod?] = [.get, .post, .options, .put, .patch, .delete, nil, .head]
+        guard Int(methodIndex) < methods.count, let method = methods[Int(methodIndex)] else { return nil }
+        let path = String(
+            decoding: UnsafeRawBufferPointer(start: uriPointer, count: Int(uriLength)), as: UTF8.self)
+
+        var query: [String: String] = [:]
+        var fragment = [CChar](repeating: 0, count: 4096)
+        var index: Int32 = 0
+        while true {
+            let n = lws_hdr_copy_fragment(wsi, &fragment, Int32(fragment.count), WSI_TOKEN_HTTP_URI_ARGS, index)
+            if n < 0 { break }
+            let pair = cString(fragment)
+            if let equals = pair.firstIndex(of: "=") {
+                query[String(pair[..<equals])] = String(pair[pair.index(after: equals)...])
+            } else if !pair.isEmpty {
+                query[pair] = ""
+            }
+            index += 1
+        }
+
+        var headers: [String: String] = [:]
+        let known: [(String, lws_token_indexes)] = [
+            ("authorization", WSI_TOKEN_HTTP_AUTHORIZATION),
+            ("content-type", WSI_TOKEN_HTTP_CONTENT_TYPE),
+            ("content-length", WSI_TOKEN_HTTP_CONTENT_LENGTH),
+            ("user-agent", WSI_TOKEN_HTTP_USER_AGENT),
+            ("origin", WSI_TOKEN_ORIGIN),
+            ("host", WSI_TOKEN_HOST),
+            ("accept", WSI_TOKEN_HTTP_ACCEPT),
+            ("x-forwarded-for", WSI_TOKEN_X_FORWARDED_FOR),
+            ("sec-websocket-protocol", WSI_TOKEN_PROTOCOL),
+        ]
+        for (name, token) in known {
+            if let value = header(wsi, token) { headers[name] = value }
+        }
+        for name in options.extraHeaders {
+            let key = name + ":"
+            let length = lws_hdr_custom_length(wsi, key, Int32(key.utf8.count))
+            guard length > 0 else { continue }
+            var value = [CChar](repeating: 0, count: Int(length) + 1)
+            if lws_hdr_custom_copy(wsi, &value, Int32(value.count), key, Int32(key.utf8.count)) >= 0 {
+                headers[name] = cString(value)
+            }
+        }
+
+        var peer = [CChar](repeating: 0, count: 64)
+        let remote = lws_get_peer_simple(wsi, &peer, peer.count).map { String(cString: $0) } ?? ""
+        return HTTPRequest(method: method, path: path, query: query, headers: headers, remoteAddress: remote)
+    }
+
+    private func header(_ wsi: OpaquePointer, _ token: lws_token_indexes) -> String? {
+        let length = lws_hdr_total_length(wsi, token)
+        guard length > 0 else { return nil }
+        var value = [CChar](repeating: 0, count: Int(length) + 1)
+        guard lws_hdr_copy(wsi, &value, Int32(value.count), token) >= 0 else { return nil }
+        return cString(value)
+    }
+
+    static func plainError(_ status: Int, _ code: String, _ message: String) -> HTTPResponse {
+        let body = #"{"error":{"code":"\#(code)","message":"\#(message)"}}"#
+        return HTTPResponse(status: status, body: .bytes(Array(body.utf8)))
+    }
+}
+
+/// The string in a NUL-terminated buffer.
+private func cString(_ buffer: [CChar]) -> String {
+    buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+}
+
+private func serverCallback(
+    _ wsi: OpaquePointer?, _ reason: lws_callback_reasons, _ user: UnsafeMutableRawPointer?,
+    _ input: UnsafeMutableRawPointer?, _ length: Int
+) -> Int32 {
+    guard let wsi, let loop = EventLoop.from(wsi: wsi) else { return 0 }
+    if reason == LWS_CALLBACK_EVENT_WAIT_CANCELLED && loop.server == nil {
+        loop.drainPending()
+        return 0
+    }
+    guard let server = loop.server else {
+        return lws_callback_http_dummy(wsi, reason, user, input, length)
+    }
+    return server.callback(wsi, reason, input, length)
+}
+
+// MARK: - WebSocket client
+
+/// Why a client connection failed or ended.
+public struct WebSocketClientError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var message: String
+    /// The HTTP status of a refused upgrade, when the server answered one.
+    public var httpStatus: Int?
+    public var description: String { httpStatus.map { "\(message) (HTTP \($0))" } ?? message }
+}
+
+/// One outgoing WebSocket connection on an `EventLoop`.
+public final class WebSocketClient: @unchecked Sendable {
+    // Safety: `state` is confined to the loop thread; the continuations are Sendable.
+
+    /// What the connection delivers.
+    public enum Event: Sendable, Equatable {
+        case text(String)
+        case binary([UInt8])
+        /// The connection ended; `code` is the close code the server sent, if any.
+        case closed(code: UInt16?, reason: String)
+    }
+
+    public let events: AsyncStream<Event>
+    private let continuation: AsyncStream<Event>.Continuation
+    private let loop: EventLoop
+    private var wsi: OpaquePointer?
+    private var sendQueue = SendQueue()
+    private var closeRequested: (UInt16, String)?
+    private var rx: [UInt8] = []
+    private var peerClose: (UInt16, String)?
+    private var connectContinuation: CheckedContinuation<Void, any Error>?
+    private let headers: [(String, String)]
+    private var finished = false
+
+    private init(loop: EventLoop, headers: [(String, String)]) {
+        self.loop = loop
+        self.headers = headers
+        (events, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .unbounded)
+    }
+
+    /// Connects to `ws://host:port/path?query`; throws when the upgrade is refused.
+    public static func connect(
+        to url: URL, headers: [(String, String)] = [], on loop: EventLoop
+    ) async throws -> WebSocketClient {
+        guard let host = url.host, url.scheme == "ws" || url.scheme == "wss" else {
+            throw WebSocketClientError(message: "unsupported URL \(url)")
+        }
+        let port = url.port ?? (url.scheme == "wss" ? 443 : 80)
+        var target = url.path.isEmpty ? "/" : url.path
+        if let query = url.query { target += "?" + query }
+        let path = target
+        let client = WebSocketClient(loop: loop, headers: headers)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            loop.execute {
+                client.connectContinuation = continuation
+                client.start(host: host, port: port, path: path, tls: url.scheme == "wss")
+            }
+        }
+        return client
+    }
+
+    private func start(host: String, port: Int, path: String, tls: Bool) {
+        var info = lws_client_connect_info()
+        let cHost = strdup(host)!
+        let cPath = strdup(path)!
+        let cProtocol = strdup("switchboard-client")!
+        defer {
+            free(cHost)
+            free(cPath)
+            free(cProtocol)
+        }
+        info.context = loop.context
+        info.address = UnsafePointer(cHost)
+        info.port = Int32(port)
+        info.path = UnsafePointer(cPath)
+        info.host = UnsafePointer(cHost)
+        info.origin = UnsafePointer(cHost)
+        info.local_protocol_name = UnsafePointer(cProtocol)
+        info.ssl_connection = tls ? Int32(LCCSCF_USE_SSL.rawValue) : 0
+        info.opaque_user_data = Unmanaged.passUnretained(self).toOpaque()
+        var created: OpaquePointer?
+        withUnsafeMutablePointer(to: &created) { slot in
+            info.pwsi = slot
+            _ = lws_client_connect_via_info(&info)
+        }
+        guard let created else {
+            failConnect(WebSocketClientError(message: "could not start connecting to \(host):\(port)"))
+            return
+        }
+        wsi = created
+        loop.clients[key(created)] = self
+    }
+
+    private func key(_ wsi: OpaquePointer) -> UInt {
+        UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi)))
+    }
+
+    private func failConnect(_ error: WebSocketClientError) {
+        if let connectContinuation {
+            self.connectContinuation = nil
+            connectContinuation.resume(throwing: error)
+        }
+        finish(code: nil, reason: error.message)
+    }
+
+    private func finish(code: UInt16?, reason: String) {
+        guard !finished else { return }
+        finished = true
+        if let wsi { loop.clients.removeValue(forKey: key(wsi)) }
+        wsi = nil
+        continuation.yield(.closed(code: code, reason: reason))
+        continuation.finish()
+    }
+
+    /// Sends a text message. Callable from any thread.
+    public func send(text: String) {
+        send(OutboundFrame(text: text))
+    }
+
+    /// Sends a frame. Callable from any thread.
+    public func send(_ frame: OutboundFrame) {
+        loop.execute { [self] in
+            guard let wsi, closeRequested == nil else { return }
+            sendQueue.append(frame)
+            lws_callback_on_writable(wsi)
+        }
+    }
+
+    /// Starts the closing handshake with `code`. Callable from any thread.
+    public func close(code: UInt16 = 1000, reason: String = "") {
+        loop.execute { [self] in
+            guard let wsi, closeRequested == nil else { return }
+            closeRequested = (code, reason)
+            lws_callback_on_writable(wsi)
+        }
+    }
+
+    fileprivate func callback(
+        _ wsi: OpaquePointer, _ reason: lws_callback_reasons, _ input: UnsafeMutableRawPointer?, _ length: Int
+    ) -> Int32 {
+        switch reason {
+        case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
+            guard let input else { return 0 }
+            let cursorPointer = input.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self)
+            let end = cursorPointer.pointee! + length
+            for (name, value) in headers {
+                let headerName = name.lowercased() + ":"
+                let bytes = Array(value.utf8)
+                let failed = bytes.withUnsafeBufferPointer { valuePointer in
+                    lws_add_http_header_by_name(
+                        wsi, headerName, valuePointer.baseAddress, Int32(valuePointer.count), cursorPointer, end) != 0
+                }
+                if failed { return -1 }
+            }
+            return 0
+
+        case LWS_CALLBACK_CLIENT_ESTABLISHED:
+            if let connectContinuation {
+                self.connectContinuation = nil
+                connectContinuation.resume()
+            }
+            return 0
+
+        case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+            let message = input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) } ?? "connection failed"
+            let status = Int(lws_http_client_http_response(wsi))
+            failConnect(WebSocketClientError(message: message, httpStatus: status > 0 ? status : nil))
+            return 0
+
+        case LWS_CALLBACK_CLIENT_RECEIVE:
+            if let input, length > 0 {
+                rx.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length))
+            }
+            if lws_is_final_fragment(wsi) != 0 && lws_remaining_packet_payload(wsi) == 0 {
+                if lws_frame_is_binary(wsi) != 0 {
+                    continuation.yield(.binary(rx))
+                } else {
+                    continuation.yield(.text(String(decoding: rx, as: UTF8.self)))
+                }
+                rx.removeAll(keepingCapacity: true)
+            }
+            return 0
+
+        case LWS_CALLBACK_CLIENT_WRITEABLE:
+            if let frame = sendQueue.popFirst() {
+                if !writeFrame(wsi, frame) { return -1 }
+                if !sendQueue.isEmpty || closeRequested != nil { lws_callback_on_writable(wsi) }
+                return 0
+            }
+            if let (code, reason) = closeRequested {
+                closeWith(wsi, code: code, reason: reason)
+                return -1
+            }
+            return 0
+
+        case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+            if let input, length >= 2 {
+                let bytes = input.assumingMemoryBound(to: UInt8.self)
+                let code = UInt16(bytes[0]) << 8 | UInt16(bytes[1])
+                let reason = String(decoding: UnsafeRawBufferPointer(start: bytes + 2, count: length - 2), as: UTF8.self)
+                peerClose = (code, reason)
+            }
+            return 0
+
+        case LWS_CALLBACK_CLIENT_CLOSED, LWS_CALLBACK_WSI_DESTROY:
+            if connectContinuation != nil {
+                failConnect(WebSocketClientError(message: "closed before the upgrade"))
+            } else {
+                finish(code: peerClose?.0, reason: peerClose?.1 ?? "")
+            }
+            return 0
+
+        default:
+            return 0
+        }
+    }
+}
+
+private func clientCallback(
+    _ wsi: OpaquePointer?, _ reason: lws_callback_reasons, _ user: UnsafeMutableRawPointer?,
+    _ input: UnsafeMutableRawPointer?, _ length: Int
+) -> Int32 {
+    guard let wsi, let loop = EventLoop.from(wsi: wsi) else { return 0 }
+    if reason == LWS_CALLBACK_EVENT_WAIT_CANCELLED {
+        if loop.server == nil { loop.drainPending() }
+        return 0
+    }
+    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi)))
+    let client =
+        loop.clients[key] ?? lws_get_opaque_user_data(wsi).map { Unmanaged<WebSocketClient>.fromOpaque($0).takeUnretainedValue() }
+    guard let client else { return 0 }
+    return client.callback(wsi, reason, input, length)
+}

@@ -1,0 +1,60 @@
+import Foundation
+import SwitchboardServer
+import SwitchboardSystem
+
+enum AppCommand {
+    static let help = """
+        USAGE: switchboard app create --name NAME --bundle-id BUNDLE_ID [--data-dir DIR]
+               switchboard app list [--data-dir DIR]
+
+        create  Creates an app and prints it as JSON, with its API key and secret.
+                The secret is printed this once; store it in your backend's secrets.
+        list    Lists the apps as JSON, secrets redacted.
+
+        OPTIONS:
+          --name NAME            The app's name.
+          --bundle-id BUNDLE_ID  The iOS bundle id (VoIP pushes go to BUNDLE_ID.voip).
+          --data-dir DIR         The server's data directory (default ./data, env SWITCHBOARD_DATA_DIR).
+          --help                 Show this help.
+        """
+
+    static func run(_ arguments: [String]) throws -> Int32 {
+        let parsed = try Arguments(arguments, valued: ["name", "bundle-id", "data-dir"])
+        if parsed.has("help") || parsed.positionals.isEmpty {
+            print(help)
+            return parsed.has("help") ? 0 : 2
+        }
+        try parsed.rejectUnknownFlags(["help"])
+        let dataDirectory = parsed.value("data-dir") ?? ProcessInfo.processInfo.environment["SWITCHBOARD_DATA_DIR"] ?? "./data"
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        switch parsed.positionals[0] {
+        case "create":
+            let name = try parsed.required("name")
+            let bundleID = try parsed.required("bundle-id")
+            guard name.utf8.count <= 200 else { throw UsageError("--name is longer than 200 bytes") }
+            guard bundleID.range(of: #"^[A-Za-z0-9\-]+(\.[A-Za-z0-9\-]+)+$"#, options: .regularExpression) != nil else {
+                throw UsageError("--bundle-id must look like com.example.app")
+            }
+            let store = try Store(directory: dataDirectory)
+            defer { store.close() }
+            let app = App.make(name: name, bundleID: bundleID)
+            try store.insert(app)
+            print(String(decoding: try encoder.encode(app), as: UTF8.self))
+            return 0
+        case "list":
+            let store = try Store(directory: dataDirectory)
+            defer { store.close() }
+            let apps = try store.allApps().map { app -> App in
+                var redacted = app
+                redacted.apiSecret = Redact.token(app.apiSecret)
+                return redacted
+            }
+            print(String(decoding: try encoder.encode(apps), as: UTF8.self))
+            return 0
+        default:
+            throw UsageError("unknown app command '\(parsed.positionals[0])'")
+        }
+    }
+}

@@ -1,0 +1,89 @@
+import Dispatch
+import Foundation
+import SwitchboardServer
+import SwitchboardSystem
+
+enum ServeCommand {
+    static var help: String {
+        var text = """
+            USAGE: switchboard serve [--config FILE] [options]
+
+            Runs the server until SIGTERM or SIGINT, then shuts down gracefully: stops accepting,
+            closes WebSockets with 1001 and finishes store writes.
+
+            Settings come from, in increasing priority: defaults, the JSON --config file (keys as
+            below with underscores), environment variables (SWITCHBOARD_<NAME>), and flags.
+
+            OPTIONS:
+              --config FILE
+                    JSON object of settings, e.g. {"port": 8080, "max_message_bytes": 65536}
+
+            """
+        let defaults = ServerConfiguration.defaultValues
+        for setting in ServerConfiguration.settings {
+            text += "  \(setting.flag) VALUE    (env \(setting.environmentVariable), default \(defaults[setting.name] ?? "-"))\n"
+            text += "        \(setting.summary)\n"
+        }
+        text += "  --help\n        Show this help.\n"
+        return text
+    }
+
+    static func run(_ arguments: [String]) throws -> Int32 {
+        let valued = Set(ServerConfiguration.settings.map { String($0.flag.dropFirst(2)) } + ["config"])
+        let parsed = try Arguments(arguments, valued: valued)
+        if parsed.has("help") {
+            print(help)
+            return 0
+        }
+        try parsed.rejectUnknownFlags(["help"])
+        if let stray = parsed.positionals.first { throw UsageError("unexpected argument '\(stray)'") }
+
+        var configuration = ServerConfiguration()
+        if let file = parsed.value("config") {
+            guard let data = FileManager.default.contents(atPath: file) else { throw UsageError("cannot read --config \(file)") }
+            try configuration.apply(json: data)
+        }
+        let environment = ProcessInfo.processInfo.environment
+        for setting in ServerConfiguration.settings {
+            if let value = environment[setting.environmentVariable] { try setting.apply(&configuration, value) }
+        }
+        for setting in ServerConfiguration.settings {
+            if let value = parsed.value(String(setting.flag.dropFirst(2))) { try setting.apply(&configuration, value) }
+        }
+
+        signal(SIGPIPE, SIG_IGN)
+        let logger = Logger(minimumLevel: configuration.logLevel)
+        SystemLog.logger = logger.with("component", "system")
+        let server = try SwitchboardServer.start(configuration, logger: logger)
+
+        if let app = try server.createDevelopmentAppIfNeeded() {
+            print("""
+
+                Created a development app (shown once; keep the secret safe):
+                  app id      \(app.id)
+                  API key     \(app.apiKey)
+                  API secret  \(app.apiSecret)
+                  bundle id   \(app.bundleID)
+
+                """)
+        } else if let app = try server.store.allApps().first {
+            print("\nApp \(app.name): API key \(app.apiKey) (secret shown when it was created)")
+        }
+        print("Switchboard is running: \(server.publicURL)  (Ctrl-C to stop)\n")
+        fflush(nil)
+
+        let stop = DispatchSemaphore(value: 0)
+        var sources: [any DispatchSourceSignal] = []
+        for signalNumber in [SIGTERM, SIGINT] {
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            source.setEventHandler { stop.signal() }
+            source.resume()
+            sources.append(source)
+        }
+        stop.wait()
+        server.shutdown()
+        sources.forEach { $0.cancel() }
+        return 0
+    }
+}

@@ -1,0 +1,62 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+
+let usage = """
+    switchboard: a self-hosted calling platform for iOS apps
+
+    USAGE: switchboard <command> [options]
+
+    COMMANDS:
+      serve         Run the server (REST, WebSocket signaling, web client)
+      app create    Create an app and print its id, API key and secret as JSON
+      app list      List apps (secrets redacted)
+      token         Print an access token (JWT) for a user of an app
+      version       Print the version
+
+    Run `switchboard <command> --help` for a command's options.
+    """
+
+let version = "0.1.0"
+
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+}
+
+func run(_ arguments: [String]) -> Int32 {
+    guard let command = arguments.first else {
+        print(usage)
+        return 2
+    }
+    let rest = Array(arguments.dropFirst())
+    do {
+        switch command {
+        case "serve":
+            return try ServeCommand.run(rest)
+        case "app":
+            return try AppCommand.run(rest)
+        case "token":
+            return try TokenCommand.run(rest)
+        case "version", "--version":
+            print("switchboard \(version)")
+            return 0
+        case "help", "--help", "-h":
+            print(usage)
+            return 0
+        default:
+            printError("switchboard: unknown command '\(command)'\n")
+            printError(usage)
+            return 2
+        }
+    } catch let error as UsageError {
+        printError("switchboard \(command): \(error)")
+        printError("Run `switchboard \(command) --help` for usage.")
+        return 2
+    } catch {
+        printError("switchboard \(command): \(error)")
+        return 1
+    }
+}
+
+exit(run(Array(CommandLine.arguments.dropFirst())))
