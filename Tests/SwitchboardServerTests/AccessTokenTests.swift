@@ -1,0 +1,163 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+import Testing
+
+@Suite struct AccessTokenTests {
+    static let secret = "s3cret-s3cret-s3cret-s3cret-s3cret-s3cr"
+    static let apiKey = "sbk_test"
+    let verifier = AccessTokenVerifier(maxTokenBytes: 2048, leewaySeconds: 30)
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    func lookup(_ key: String) -> String? { key == Self.apiKey ? Self.secret : nil }
+
+    func claims(exp: Int64 = 1_800_003_600, nbf: Int64 = 1_800_000_000) -> AccessTokenClaims {
+        AccessTokenClaims(
+            iss: Self.apiKey, sub: "alice", iat: 1_800_000_000, nbf: nbf, exp: exp, name: "Alice",
+            grants: Grants(room: "team-*", roomJoin: true, call: true))
+    }
+
+    /// A token with a hand-made header and payload, signed with `key`.
+    func handMade(header: String, payload: String, key: String = secret) -> String {
+        let input = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(payload.utf8))
+        return input + "." + AccessTokenVerifier.signature(input: input, key: Array(key.utf8))
+    }
+
+    var validPayload: String {
+        #"{"iss":"sbk_test","sub":"alice","iat":1800000000,"nbf":1800000000,"exp":1800003600,"grants":{}}"#
+    }
+
+    @Test func rfc7515AppendixA1VectorVerifiesAndSignsIdentically() throws {
+        // RFC 7515 A.1: the JWK's "k" is the base64url HMAC key.
+        let key = try #require(Base64URL.decode(
+            "AyM1SysPpbyDfgZld3umj1qzKObwVMkoqQ-EstJQLr_T-1qS0gZH75aKtMN3Yj0iPS4hcgUuTwjAzZr1Z9CAow"))
+        let token = "eyJ0eXAiOiJKV1QiLA0KICJhbGciOiJIUzI1NiJ9"
+            + ".eyJpc3MiOiJqb2UiLA0KICJleHAiOjEzMDA4MTkzODAsDQogImh0dHA6Ly9leGFtcGxlLmNvbS9pc19yb290Ijp0cnVlfQ"
+            + ".dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+        #expect(AccessTokenVerifier.verifySignature(token, key: key))
+        let input = String(token[..<token.lastIndex(of: ".")!])
+        #expect(AccessTokenVerifier.signature(input: input, key: key) == "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk")
+        var wrongKey = key
+        wrongKey[0] ^= 1
+        #expect(!AccessTokenVerifier.verifySignature(token, key: wrongKey))
+    }
+
+    @Test func signedTokenVerifiesWithItsClaims() throws {
+        let token = AccessTokenVerifier.sign(claims(), secret: Self.secret)
+        let verified = try verifier.verify(token, now: now, secretFor: lookup)
+        #expect(verified == claims())
+        #expect(verified.grants.allowsJoining(room: "team-42"))
+        #expect(!verified.grants.allowsJoining(room: "other"))
+    }
+
+    @Test func leewayAcceptsSmallSkewButNotMore() throws {
+        let justExpired = AccessTokenVerifier.sign(claims(exp: 1_800_000_000 - 10), secret: Self.secret)
+        _ = try verifier.verify(justExpired, now: now, secretFor: lookup)
+        let notYet = AccessTokenVerifier.sign(claims(nbf: 1_800_000_000 + 10), secret: Self.secret)
+        _ = try verifier.verify(notYet, now: now, secretFor: lookup)
+    }
+
+
+    @Test func expiredTokenIsRejected() {
+        let token = AccessTokenVerifier.sign(claims(exp: 1_800_000_000 - 31), secret: Self.secret)
+        #expect(throws: TokenError.expired) { try verifier.verify(token, now: now, secretFor: lookup) }
+        #expect(TokenError.expired.code == .tokenExpired)
+    }
+
+    @Test func tokenBeforeNotBeforeIsRejected() {
+        let token = AccessTokenVerifier.sign(claims(nbf: 1_800_000_000 + 31), secret: Self.secret)
+        #expect(throws: TokenError.notYetValid) { try verifier.verify(token, now: now, secretFor: lookup) }
+    }
+
+    @Test func algNoneIsRejected() {
+        let header = Base64URL.encode(Array(#"{"alg":"none","typ":"JWT"}"#.utf8))
+        let payload = Base64URL.encode(Array(validPayload.utf8))
+        for token in [header + "." + payload + ".", header + "." + payload] {
+            #expect(throws: TokenError.self) { try verifier.verify(token, now: now, secretFor: lookup) }
+        }
+        #expect(throws: TokenError.unsupportedAlgorithm("none")) {
+            try verifier.verify(header + "." + payload + ".", now: now, secretFor: lookup)
+        }
+    }
+
+    @Test(arguments: ["HS512", "HS384", "RS256", "ES256", "PS256", "hs256"])
+    func otherAlgorithmsAreRejected(alg: String) {
+        let token = handMade(header: #"{"alg":"\#(alg)","typ":"JWT"}"#, payload: validPayload)
+        #expect(throws: TokenError.unsupportedAlgorithm(alg)) { try verifier.verify(token, now: now, secretFor: lookup) }
+    }
+
+    @Test func badSignatureIsRejected() {
+        let token = handMade(header: #"{"alg":"HS256"}"#, payload: validPayload, key: "another-secret")
+        #expect(throws: TokenError.badSignature) { try verifier.verify(token, now: now, secretFor: lookup) }
+    }
+
+    @Test func tamperedPayloadIsRejected() {
+        let token = AccessTokenVerifier.sign(claims(), secret: Self.secret)
+        let parts = token.split(separator: ".").map(String.init)
+        var tampered = claims()
+        tampered.sub = "mallory"
+        let forged = parts[0] + "." + Base64URL.encode(try! JSONEncoder().encode(tampered)) + "." + parts[2]
+        #expect(throws: TokenError.badSignature) { try verifier.verify(forged, now: now, secretFor: lookup) }
+    }
+
+    @Test(arguments: [
+        "e30.e30.!!!",  // signature not base64url
+        "eyJhbGciOiJIUzI1NiJ9=.e30.AAAA",  // padding is not base64url
+        "eyJhbGc+OiJIUzI1NiJ9.e30.AAAA",  // '+' is not base64url
+        "a.b.c",  // decodes to garbage
+        "onlyonepart",
+        "two.parts",
+        "four.parts.are.wrong",
+    ])
+    func malformedTokensAreRejected(token: String) {
+        #expect(throws: TokenError.self) { try verifier.verify(token, now: now, secretFor: lookup) }
+    }
+
+    @Test func headerThatIsNotJSONIsRejected() {
+        let token = handMade(header: "not json", payload: validPayload)
+        #expect(throws: TokenError.malformed("header is not a JSON object")) { try verifier.verify(token, now: now, secretFor: lookup) }
+    }
+
+    @Test func payloadThatIsNotJSONIsRejected() {
+        let token = handMade(header: #"{"alg":"HS256"}"#, payload: "{nope")
+        #expect(throws: TokenError.malformed("payload is not a valid claims object")) {
+            try verifier.verify(token, now: now, secretFor: lookup)
+        }
+    }
+
+    @Test func payloadMissingClaimsIsRejected() {
+        let token = handMade(header: #"{"alg":"HS256"}"#, payload: #"{"iss":"sbk_test","sub":"alice"}"#)
+        #expect(throws: TokenError.malformed("payload is not a valid claims object")) {
+            try verifier.verify(token, now: now, secretFor: lookup)
+        }
+    }
+
+    @Test func criticalHeaderIsRejected() {
+        let token = handMade(header: #"{"alg":"HS256","crit":["exp"]}"#, payload: validPayload)
+        #expect(throws: TokenError.self) { try verifier.verify(token, now: now, secretFor: lookup) }
+    }
+
+    @Test func unknownIssuerIsRejected() {
+        var unknown = claims()
+        unknown.iss = "sbk_other"
+        let token = AccessTokenVerifier.sign(unknown, secret: Self.secret)
+        #expect(throws: TokenError.unknownIssuer) { try verifier.verify(token, now: now, secretFor: lookup) }
+    }
+
+    @Test func oversizedTokenIsRejectedBeforeParsing() {
+        let token = String(repeating: "a", count: 2049)
+        #expect(throws: TokenError.oversized(limit: 2048)) { try verifier.verify(token, now: now, secretFor: lookup) }
+    }
+
+    @Test func emptyTokenIsMissing() {
+        #expect(throws: TokenError.missing) { try verifier.verify("", now: now, secretFor: lookup) }
+    }
+
+    @Test func emptySubjectIsRejected() {
+        var empty = claims()
+        empty.sub = ""
+        let token = AccessTokenVerifier.sign(empty, secret: Self.secret)
+        #expect(throws: TokenError.invalidClaims("sub must be 1-256 bytes")) { try verifier.verify(token, now: now, secretFor: lookup) }
+    }
+}

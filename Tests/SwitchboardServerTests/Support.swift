@@ -1,0 +1,154 @@
+import Synchronization
+import Foundation
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+import Testing
+
+/// A real server on 127.0.0.1 with a free port and a fresh data directory, and one app.
+final class TestServer: Sendable {
+    let server: SwitchboardServer
+    let app: App
+    let dataDirectory: String
+
+    init(_ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
+        dataDirectory = try makeTemporaryDirectory()
+        var configuration = ServerConfiguration()
+        configuration.port = 0
+        configuration.dataDirectory = dataDirectory
+        configuration.webRoot = repositoryRoot + "/web"
+        configuration.logLevel = .warning
+        configure(&configuration)
+        server = try SwitchboardServer.start(configuration, logger: Logger(minimumLevel: .warning))
+        app = App.make(name: "Test", bundleID: "com.example.test")
+        try server.store.insert(app)
+    }
+
+    var baseURL: String { server.baseURL }
+    var webSocketURL: String { "ws://127.0.0.1:\(server.port)/v1/ws" }
+
+    func token(
+        _ identity: String = "alice", grants: Grants = Grants(call: true), ttl: Int = 3600, now: Date = Date()
+    ) -> String {
+        let claims = AccessTokenIssuer.claims(
+            apiKey: app.apiKey, identity: identity, name: identity.capitalized, grants: grants, ttlSeconds: ttl, now: now)
+        return AccessTokenVerifier.sign(claims, secret: app.apiSecret)
+    }
+
+    func stop() {
+        server.shutdown()
+        try? FileManager.default.removeItem(atPath: dataDirectory)
+    }
+}
+
+/// The client loop shared by the tests.
+let clientLoop: EventLoop = {
+    do { return try EventLoop(name: "test-client") } catch { fatalError("cannot start the client loop: \(error)") }
+}()
+
+let repositoryRoot: String = {
+    var url = URL(fileURLWithPath: #filePath)
+    for _ in 0..<3 { url.deleteLastPathComponent() }
+    return url.path
+}()
+
+/// The folder of the built executables (next to the test bundle).
+let productsDirectory: String = {
+    if let override = ProcessInfo.processInfo.environment["SWITCHBOARD_PRODUCTS"] { return override }
+    var url = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    while url.path != "/" {
+        if FileManager.default.isExecutableFile(atPath: url.appendingPathComponent("switchboard").path) { return url.path }
+        url.deleteLastPathComponent()
+    }
+    return repositoryRoot + "/.build/debug"
+}()
+
+func makeTemporaryDirectory() throws -> String {
+    let path = NSTemporaryDirectory() + "switchboard-test-" + RandomID.alphanumeric(10)
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+struct Timeout: Error, CustomStringConvertible {
+    var what: String
+    var description: String { "timed out waiting for \(what)" }
+}
+
+/// Runs `body`, failing with `Timeout` if it takes longer than `limit`.
+func within<T: Sendable>(
+    _ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            throw Timeout(what: what)
+        }
+        let result = try await group.next()!
+        group.cancelAll()
+        return result
+    }
+}
+
+/// A WebSocket test client that reads JSON envelopes.
+final class TestClient: Sendable {
+    let socket: WebSocketClient
+    private let inbox = Inbox()
+
+    /// Events received and not read yet.
+    final class Inbox: Sendable {
+        private let events = Mutex<[WebSocketClient.Event]>([])
+        func withLock<T>(_ body: (inout [WebSocketClient.Event]) -> T) -> T { events.withLock { body(&$0) } }
+    }
+
+    init(_ socket: WebSocketClient) {
+        self.socket = socket
+        let inbox = self.inbox
+        Task {
+            for await event in socket.events { inbox.withLock { $0.append(event) } }
+        }
+    }
+
+    static func connect(_ url: String, headers: [(String, String)] = []) async throws -> TestClient {
+        TestClient(try await WebSocketClient.connect(to: URL(string: url)!, headers: headers, on: clientLoop))
+    }
+
+    /// The next event, or a timeout.
+    func next(timeout: Duration = .seconds(5)) async throws -> WebSocketClient.Event {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let event = inbox.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+            if let event { return event }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        throw Timeout(what: "a WebSocket event")
+    }
+
+    /// The next message, decoded as an envelope.
+    func nextEnvelope(timeout: Duration = .seconds(5)) async throws -> Envelope {
+        let event = try await next(timeout: timeout)
+        guard case .text(let text) = event else {
+            throw Timeout(what: "a text message, got \(event)")
+        }
+        return try JSONDecoder().decode(Envelope.self, from: Data(text.utf8))
+    }
+
+/// Sends a request and returns its reply.
+    func request(_ type: String, id: JSONValue = "r1", data: JSONValue? = nil) async throws -> Envelope {
+        let envelope = Envelope(type: type, id: id, data: data)
+        socket.send(text: String(decoding: try JSONEncoder().encode(envelope), as: UTF8.self))
+        return try await nextEnvelope()
+    }
+
+    func sendRaw(_ text: String) {
+        socket.send(text: text)
+    }
+
+    /// Waits for the connection to end and returns the close code the server sent.
+    func closeCode(timeout: Duration = .seconds(5)) async throws -> UInt16? {
+        while true {
+            if case .closed(let code, _) = try await next(timeout: timeout) { return code }
+        }
+    }
+}
+

@@ -1,0 +1,222 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+import Testing
+
+@Suite struct WebSocketTests {
+    @Test func validTokenInQueryOpensASessionWithAWelcome() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token("alice"))
+        let welcome = try await client.nextEnvelope()
+        #expect(welcome.type == MessageType.sessionWelcome)
+        #expect(welcome.seq == 1)
+        #expect(welcome.data?["identity"] == "alice")
+        #expect(welcome.data?["limits"]?["max_message_bytes"] == .int(64 * 1024))
+
+        let info = try await client.request(MessageType.sessionInfo, id: 7)
+        #expect(info.type == MessageType.ok)
+        #expect(info.id == .int(7))
+        #expect(info.data?["identity"] == "alice")
+        #expect(info.data?["grants"]?["call"] == true)
+        client.socket.close()
+    }
+
+    @Test func bearerHeaderIsAccepted() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try await TestClient.connect(
+            server.webSocketURL, headers: [("Authorization", "Bearer " + server.token("bob"))])
+        #expect(try await client.nextEnvelope().data?["identity"] == "bob")
+        client.socket.close()
+    }
+
+    /// Sends a WebSocket upgrade as plain HTTP and returns the status and error code.
+    func upgrade(_ server: TestServer, query: String = "", headers: [(String, String)] = []) async throws -> (Int, ErrorCode?) {
+        let response = try await HTTPClient.request(
+            "GET", server.baseURL + "/v1/ws" + query,
+            headers: [
+                ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
+                ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ] + headers, timeout: .seconds(3))
+        let code = try? JSONDecoder().decode(ErrorEnvelope.self, from: Data(response.body)).error.code
+        return (response.status, code)
+    }
+
+    @Test func missingOrBadTokensAreRefusedWith401BeforeTheUpgrade() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        #expect(try await upgrade(server) == (401, .unauthorized))
+        #expect(try await upgrade(server, query: "?access_token=garbage") == (401, .unauthorized))
+        let forged = server.token("alice").dropLast(3) + "AAA"
+        #expect(try await upgrade(server, query: "?access_token=\(forged)") == (401, .unauthorized))
+        #expect(try await upgrade(server, headers: [("Authorization", "Bearer nope")]) == (401, .unauthorized))
+        let expired = server.token("alice", ttl: 60, now: Date().addingTimeInterval(-3600))
+        #expect(try await upgrade(server, query: "?access_token=\(expired)") == (401, .tokenExpired))
+
+        // The real client sees the refusal as an error with the HTTP status.
+        await #expect(throws: WebSocketClientError.self) {
+            _ = try await TestClient.connect(server.webSocketURL + "?access_token=garbage")
+        }
+        #expect(server.server.metrics.counter("switchboard_connections_refused_total", ["reason": "unauthorized"]) >= 4)
+    }
+
+    @Test func malformedJSONGetsAnErrorAndTheConnectionStaysOpen() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token())
+        _ = try await client.nextEnvelope()
+
+        client.sendRaw("{not json")
+        let malformed = try await client.nextEnvelope()
+        #expect(malformed.type == MessageType.error)
+        #expect(malformed.id == nil, "a reply to a message with no usable id carries id: null")
+        #expect(malformed.error?.code == .malformedJSON)
+
+        client.sendRaw(#"[1,2,3]"#)
+        #expect(try await client.nextEnvelope().error?.code == .badRequest)
+
+        client.sendRaw(#"{"type":"ping"}"#)
+        #expect(try await client.nextEnvelope().error?.code == .badRequest)
+
+        let unknown = try await client.request("no.such.thing", id: "u1")
+        #expect(unknown.error?.code == .unknownType)
+        #expect(unknown.id == "u1")
+
+        let ping = try await client.request(MessageType.ping, id: "p1")
+        #expect(ping.type == MessageType.ok)
+        #expect(ping.id == "p1")
+        #expect(ping.data?["server_time"] != nil)
+        client.socket.close()
+    }
+
+    @Test func everyRequestGetsExactlyOneReplyInOrder() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token())
+        _ = try await client.nextEnvelope()
+        for index in 0..<50 {
+            client.sendRaw(#"{"type":"ping","id":\#(index)}"#)
+        }
+        for index in 0..<50 {
+            let reply = try await client.nextEnvelope()
+            #expect(reply.id == .int(Int64(index)))
+        }
+        await #expect(throws: Timeout.self) { _ = try await client.next(timeout: .milliseconds(200)) }
+        client.socket.close()
+    }
+
+    @Test func oversizedMessageClosesWith1009() async throws {
+        let server = try TestServer { $0.limits.maxMessageBytes = 4096 }
+        defer { server.stop() }
+        let client = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token())
+        _ = try await client.nextEnvelope()
+        client.sendRaw(#"{"type":"ping","id":1,"data":""# + String(repeating: "x", count: 5000) + #""}"#)
+        #expect(try await client.closeCode() == 1009)
+    }
+
+    @Test func silentPeerIsClosedByTheIdleTimeout() async throws {
+        let server = try TestServer {
+            $0.limits.pingIntervalSeconds = 1
+            $0.limits.idleTimeoutSeconds = 2
+        }
+        defer { server.stop() }
+        // A raw socket completes the handshake and then never answers the server's pings.
+        let socket = try RawSocket(port: server.server.port)
+        defer { socket.close() }
+        try socket.write(
+            "GET /v1/ws?access_token=\(server.token()) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        let started = ContinuousClock.now
+        let received = try socket.readUntilClosed(limit: .seconds(10))
+        let elapsed = ContinuousClock.now - started
+        #expect(String(decoding: received.prefix(12), as: UTF8.self) == "HTTP/1.1 101")
+        #expect(received.contains(0x89), "the server pinged before giving up")
+        #expect(elapsed >= .seconds(1.5) && elapsed < .seconds(6), "closed after \(elapsed)")
+    }
+
+    @Test func respondingClientIsKeptAliveByPings() async throws {
+        let server = try TestServer {
+            $0.limits.pingIntervalSeconds = 1
+            $0.limits.idleTimeoutSeconds = 2
+        }
+        defer { server.stop() }
+        let client = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token())
+        _ = try await client.nextEnvelope()
+        try await Task.sleep(for: .seconds(3.5))
+        #expect(try await client.request(MessageType.ping).type == MessageType.ok)
+        client.socket.close()
+    }
+
+    @Test func gracefulShutdownClosesWebSocketsWith1001() async throws {
+        let server = try TestServer()
+        let clients = try await withThrowingTaskGroup(of: TestClient.self) { group in
+            for index in 0..<3 {
+                group.addTask { try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token("user\(index)")) }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        for client in clients { _ = try await client.nextEnvelope() }
+        let stopped = Task.detached { server.stop() }
+        for client in clients {
+            #expect(try await client.closeCode() == 1001)
+        }
+        await stopped.value
+        await #expect(throws: (any Error).self) { _ = try await HTTPClient.request("GET", server.baseURL + "/healthz", timeout: .seconds(2)) }
+    }
+
+    @Test func echoEndpointExistsOnlyWhenEnabled() async throws {
+        let plain = try TestServer()
+        await #expect(throws: WebSocketClientError.self) { _ = try await TestClient.connect("ws://127.0.0.1:\(plain.server.port)/v1/echo") }
+        plain.stop()
+
+        let server = try TestServer { $0.enableEcho = true }
+        defer { server.stop() }
+        let client = try await TestClient.connect("ws://127.0.0.1:\(server.server.port)/v1/echo")
+        client.sendRaw("hello")
+        #expect(try await client.next() == .text("hello"))
+        let large = String(repeating: "z", count: 200_000)
+        client.sendRaw(large)
+        #expect(try await client.next() == .text(large))
+        client.socket.close()
+    }
+}
+
+/// A blocking TCP client for what a WebSocket library would not do (stay silent, for example).
+final class RawSocket {
+    private let fd: Int32
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let status = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard status == 0 else { throw Timeout(what: "a TCP connection (errno \(errno))") }
+    }
+
+    func write(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        guard Glibc.write(fd, bytes, bytes.count) == bytes.count else { throw Timeout(what: "a socket write") }
+    }
+
+    /// Reads until the peer closes; fails after `limit`.
+    func readUntilClosed(limit: Duration) throws -> [UInt8] {
+        var timeout = timeval(tv_sec: Int(limit.components.seconds), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = read(fd, &buffer, buffer.count)
+            if count == 0 { return received }
+            if count < 0 { throw Timeout(what: "the server to close the socket") }
+            received.append(contentsOf: buffer[0..<count])
+        }
+    }
+
+    func close() { Glibc.close(fd) }
+}
