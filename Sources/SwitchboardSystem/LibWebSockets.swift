@@ -454,11 +454,12 @@ public final class HTTPServer: @unchecked Sendable {
     }
 
     /// Queues a WebSocket message. Returns false (and drops the connection with 1008) when the
-    /// send queue is over its limit. Loop thread only.
+    /// queued bytes would pass the limit. Loop thread only.
     @discardableResult
     public func send(_ frame: OutboundFrame, to connection: ConnectionID) -> Bool {
         guard let conn = connections[connection], conn.isWebSocket, conn.closeRequested == nil else { return false }
-        if conn.sendQueue.bytes + frame.count > options.maxSendQueueBytes {
+        // A single message larger than the limit still goes through an empty queue.
+        if !conn.sendQueue.isEmpty && conn.sendQueue.bytes + frame.count > options.maxSendQueueBytes {
             SystemLog.logger.log(
                 .warning, "dropping slow consumer",
                 ["conn": connection.description, "queued_bytes": String(conn.sendQueue.bytes)])

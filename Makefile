@@ -1,0 +1,36 @@
+# Switchboard: the two commands.
+#   make run    build (release) and start the server on 127.0.0.1:$(PORT), data in ./data
+#   make test   install what the tests need, build, and run every test
+PORT ?= 8080
+HOST ?= 127.0.0.1
+SWIFT ?= swift
+VENV := .build/venv
+
+.PHONY: run test build deps test-deps autobahn clean
+
+run: deps
+	$(SWIFT) build -c release --product switchboard
+	mkdir -p data
+	.build/release/switchboard serve --host $(HOST) --port $(PORT) --data-dir ./data --web-root ./web
+
+test: test-deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test
+	scripts/autobahn.sh .build/debug/switchboard $(VENV)
+
+build: deps
+	$(SWIFT) build
+
+deps:
+	@scripts/deps.sh run
+
+test-deps:
+	@scripts/deps.sh test
+	@scripts/venv.sh $(VENV)
+
+autobahn: test-deps
+	$(SWIFT) build --product switchboard
+	scripts/autobahn.sh .build/debug/switchboard $(VENV)
+
+clean:
+	rm -rf .build

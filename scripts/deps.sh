@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Switchboard needs, when they are missing.
+#   scripts/deps.sh run    what `make run` needs (build + runtime)
+#   scripts/deps.sh test   what `make test` needs (the above + test peers)
+# As root it runs apt-get; otherwise it prints the exact command and fails.
+set -euo pipefail
+
+runtime=(pkg-config libwebsockets-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev)
+testing=(python3-venv)
+
+wanted=("${runtime[@]}")
+if [ "${1:-run}" = "test" ]; then wanted+=("${testing[@]}"); fi
+
+missing=()
+for package in "${wanted[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+command="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+  echo "Installing: ${missing[*]}"
+  bash -c "$command"
+else
+  echo "Switchboard needs these Debian packages: ${missing[*]}" >&2
+  echo "Install them with:" >&2
+  echo "  sudo sh -c '$command'" >&2
+  exit 1
+fi
