@@ -7,7 +7,7 @@ set -euo pipefail
 binary="${1:?usage: autobahn.sh SWITCHBOARD_BINARY [VENV]}"
 venv="${2:-.build/venv}"
 work="$(mktemp -d)"
-"$binary" serve --port 0 --data-dir "$work/data" --enable-echo true --log-level warn 2>"$work/server.log" >"$work/server.out" &
+"$binary" serve --port 0 --data-dir "$work/data" --enable-echo --log-level warn 2>"$work/server.log" >"$work/server.out" &
 server=$!
 trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -rf "$work"' EXIT
 

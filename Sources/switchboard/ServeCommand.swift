@@ -21,7 +21,7 @@ enum ServeCommand {
             """
         let defaults = ServerConfiguration.defaultValues
         for setting in ServerConfiguration.settings {
-            text += "  \(setting.flag) VALUE    (env \(setting.environmentVariable), default \(defaults[setting.name] ?? "-"))\n"
+            text += "  \(setting.flag)\(setting.isFlag ? "" : " VALUE")    (env \(setting.environmentVariable), default \(defaults[setting.name] ?? "-"))\n"
             text += "        \(setting.summary)\n"
         }
         text += "  --help\n        Show this help.\n"
@@ -29,13 +29,14 @@ enum ServeCommand {
     }
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let valued = Set(ServerConfiguration.settings.map { String($0.flag.dropFirst(2)) } + ["config"])
+        let valued = Set(ServerConfiguration.settings.filter { !$0.isFlag }.map { String($0.flag.dropFirst(2)) } + ["config"])
+        let flags = Set(ServerConfiguration.settings.filter(\.isFlag).map { String($0.flag.dropFirst(2)) })
         let parsed = try Arguments(arguments, valued: valued)
         if parsed.has("help") {
             print(help)
             return 0
         }
-        try parsed.rejectUnknownFlags(["help"])
+        try parsed.rejectUnknownFlags(flags.union(["help"]))
         if let stray = parsed.positionals.first { throw UsageError("unexpected argument '\(stray)'") }
 
         var configuration = ServerConfiguration()
@@ -48,7 +49,12 @@ enum ServeCommand {
             if let value = environment[setting.environmentVariable] { try setting.apply(&configuration, value) }
         }
         for setting in ServerConfiguration.settings {
-            if let value = parsed.value(String(setting.flag.dropFirst(2))) { try setting.apply(&configuration, value) }
+            let name = String(setting.flag.dropFirst(2))
+            if setting.isFlag {
+                if parsed.has(name) { try setting.apply(&configuration, "true") }
+            } else if let value = parsed.value(name) {
+                try setting.apply(&configuration, value)
+            }
         }
 
         signal(SIGPIPE, SIG_IGN)

@@ -44,7 +44,17 @@ public struct ServerConfiguration: Sendable {
     public struct Setting: Sendable {
         public let name: String
         public let summary: String
+        /// A boolean: a bare `--flag` on the command line, true/false elsewhere.
+        public var isFlag = false
         public let apply: @Sendable (inout ServerConfiguration, String) throws -> Void
+
+        init(name: String, summary: String, isFlag: Bool = false,
+             apply: @escaping @Sendable (inout ServerConfiguration, String) throws -> Void) {
+            self.name = name
+            self.summary = summary
+            self.isFlag = isFlag
+            self.apply = apply
+        }
 
         /// `--max-message-bytes`
         public var flag: String { "--" + name.replacingOccurrences(of: "_", with: "-") }
@@ -90,7 +100,7 @@ public struct ServerConfiguration: Sendable {
             }
             config.logLevel = level
         },
-        Setting(name: "enable_echo", summary: "Serve the /v1/echo WebSocket endpoint (conformance tests).") { config, text in
+        Setting(name: "enable_echo", summary: "Serve the /v1/echo WebSocket endpoint (conformance tests).", isFlag: true) { config, text in
             switch text.lowercased() {
             case "1", "true", "yes", "on": config.enableEcho = true
             case "0", "false", "no", "off": config.enableEcho = false

@@ -89,12 +89,11 @@ public final class Metrics: Sendable {
     /// Everything, in Prometheus text exposition format 0.0.4.
     public func render() -> String {
         let snapshot = state.withLock { $0 }
-        var families: [String: [String]] = [:]
-        for (key, value) in snapshot.counters {
-            families[key.name, default: []].append("\(key.name)\(Self.labelText(key.labels)) \(Self.number(value))")
-        }
-        for (key, value) in snapshot.gauges {
-            families[key.name, default: []].append("\(key.name)\(Self.labelText(key.labels)) \(Self.number(value))")
+        // Each series is (sort key, lines); a histogram's lines stay in bucket order.
+        var families: [String: [(String, [String])]] = [:]
+        for (key, value) in snapshot.counters.merging(snapshot.gauges, uniquingKeysWith: { $1 }) {
+            let line = "\(key.name)\(Self.labelText(key.labels)) \(Self.number(value))"
+            families[key.name, default: []].append((line, [line]))
         }
         for (key, histogram) in snapshot.histograms {
             var lines: [String] = []
@@ -106,13 +105,15 @@ public final class Metrics: Sendable {
             lines.append("\(key.name)_bucket\(Self.labelText(key.labels + ["le", "+Inf"])) \(histogram.count)")
             lines.append("\(key.name)_sum\(Self.labelText(key.labels)) \(histogram.sum)")
             lines.append("\(key.name)_count\(Self.labelText(key.labels)) \(histogram.count)")
-            families[key.name, default: []].append(contentsOf: lines)
+            families[key.name, default: []].append((Self.labelText(key.labels), lines))
         }
         var output = ""
         for name in families.keys.sorted() {
             let (type, text) = help[name] ?? ("untyped", name)
             output += "# HELP \(name) \(text)\n# TYPE \(name) \(type)\n"
-            for line in families[name]!.sorted() { output += line + "\n" }
+            for (_, lines) in families[name]!.sorted(by: { $0.0 < $1.0 }) {
+                for line in lines { output += line + "\n" }
+            }
         }
         return output
     }
