@@ -6,10 +6,13 @@
 set -euo pipefail
 
 runtime=(pkg-config libwebsockets-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev)
-testing=(python3-venv)
-
 wanted=("${runtime[@]}")
-if [ "${1:-run}" = "test" ]; then wanted+=("${testing[@]}"); fi
+if [ "${1:-run}" = "test" ]; then
+  # A Python that can make virtualenvs (for the PyPI test tools).
+  if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    wanted+=(python3 python3-venv)
+  fi
+fi
 
 missing=()
 for package in "${wanted[@]}"; do
