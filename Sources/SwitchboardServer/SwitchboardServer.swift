@@ -26,7 +26,7 @@ public final class SwitchboardServer: Sendable {
         self.metrics = metrics
         self.logger = logger
         gateway = Gateway(configuration: configuration, store: store, metrics: metrics, logger: logger)
-        http = try HTTPServer(options: configuration.serverOptions, handler: gateway)
+        http = try HTTPServer(options: configuration.serverOptions, handler: gateway, logger: logger.with("component", "transport"))
     }
 
     /// Opens the store and starts listening.

@@ -357,6 +357,31 @@ public struct ConnectionID: Hashable, Sendable, CustomStringConvertible {
     public var description: String { "c\(rawValue)" }
 }
 
+/// Why a WebSocket connection ended.
+public enum CloseReason: Sendable, Equatable {
+    /// The peer sent a close frame with this code (nil: no code).
+    case peer(code: UInt16?)
+    /// The server closed it with this code (shutdown, policy).
+    case server(code: UInt16)
+    /// The server dropped it because its send queue was full.
+    case slowConsumer
+    /// A message was larger than the limit (closed with 1009).
+    case messageTooLarge
+    /// The connection went silent past the idle timeout, or the network failed.
+    case lost
+
+    /// A short label for metrics and logs.
+    public var label: String {
+        switch self {
+        case .peer: "peer"
+        case .server(let code): "server_\(code)"
+        case .slowConsumer: "slow_consumer"
+        case .messageTooLarge: "message_too_large"
+        case .lost: "lost"
+        }
+    }
+}
+
 /// What to do with a WebSocket upgrade request.
 public enum UpgradeDecision {
     /// Accept; `tag` comes back in `webSocketOpened` so the handler knows which endpoint it was.
@@ -375,8 +400,8 @@ public protocol HTTPServerHandler: AnyObject {
     func shouldUpgrade(_ request: HTTPRequest, on connection: ConnectionID) -> UpgradeDecision
     func webSocketOpened(_ connection: ConnectionID, tag: Int)
     func webSocketReceived(_ connection: ConnectionID, message: [UInt8], binary: Bool)
-    /// The connection is gone, whoever closed it. `code` is the close code the peer sent, if any.
-    func webSocketClosed(_ connection: ConnectionID, peerCode: UInt16?)
+    /// The connection is gone, whoever closed it, and why.
+    func webSocketClosed(_ connection: ConnectionID, reason: CloseReason)
     /// A new TCP connection is about to be accepted; returning false refuses it.
     func shouldAcceptConnection() -> Bool
 }
@@ -414,6 +439,7 @@ public final class HTTPServer: @unchecked Sendable {
     }
 
     public let options: Options
+    public let logger: Logger
     public private(set) var loop: EventLoop!
     private let handler: (any HTTPServerHandler)?
     private var connectionsByWSI: [UInt: Connection] = [:]
@@ -422,8 +448,9 @@ public final class HTTPServer: @unchecked Sendable {
 
     /// Starts listening. The server keeps `handler` for its life; the handler should hold the
     /// server it is given in `attach(to:)` weakly.
-    public init(options: Options, handler: any HTTPServerHandler) throws {
+    public init(options: Options, handler: any HTTPServerHandler, logger: Logger = Logger()) throws {
         self.options = options
+        self.logger = logger
         self.handler = handler
         handler.attach(to: self)
         loop = try EventLoop(listen: options, server: self, name: "switchboard-loop")
@@ -460,10 +487,11 @@ public final class HTTPServer: @unchecked Sendable {
         guard let conn = connections[connection], conn.isWebSocket, conn.closeRequested == nil else { return false }
         // A single message larger than the limit still goes through an empty queue.
         if !conn.sendQueue.isEmpty && conn.sendQueue.bytes + frame.count > options.maxSendQueueBytes {
-            SystemLog.logger.log(
-                .warning, "dropping slow consumer",
+            logger.warning(
+                "dropping slow consumer",
                 ["conn": connection.description, "queued_bytes": String(conn.sendQueue.bytes)])
             close(connection, code: 1008, reason: "send queue full")
+            conn.closeReason = .slowConsumer
             return false
         }
         conn.sendQueue.append(frame)
@@ -475,6 +503,7 @@ public final class HTTPServer: @unchecked Sendable {
     public func close(_ connection: ConnectionID, code: UInt16, reason: String) {
         guard let conn = connections[connection], conn.isWebSocket, conn.closeRequested == nil else { return }
         conn.closeRequested = (code, reason)
+        conn.closeReason = .server(code: code)
         lws_callback_on_writable(conn.wsi)
     }
 
@@ -500,7 +529,7 @@ public final class HTTPServer: @unchecked Sendable {
         var rxOverflow = false
         var sendQueue = SendQueue()
         var closeRequested: (UInt16, String)?
-        var peerCloseCode: UInt16?
+        var closeReason: CloseReason?
 
         init(id: ConnectionID, wsi: OpaquePointer) {
             self.id = id
@@ -528,7 +557,7 @@ public final class HTTPServer: @unchecked Sendable {
         connections.removeValue(forKey: conn.id)
         if conn.isWebSocket {
             conn.isWebSocket = false
-            handler?.webSocketClosed(conn.id, peerCode: conn.peerCloseCode)
+            handler?.webSocketClosed(conn.id, reason: conn.closeReason ?? .lost)
         }
     }
 
@@ -618,6 +647,7 @@ public final class HTTPServer: @unchecked Sendable {
             guard let conn = existingConnection(for: wsi) else { return -1 }
             let limit = options.maxMessageBytesByTag[conn.tag] ?? options.maxMessageBytes
             if conn.rx.count + length > limit {
+                conn.closeReason = .messageTooLarge
                 closeWith(wsi, code: 1009, reason: "message larger than \(limit) bytes")
                 return -1
             }
@@ -647,7 +677,9 @@ public final class HTTPServer: @unchecked Sendable {
         case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
             if let conn = existingConnection(for: wsi), let input, length >= 2 {
                 let bytes = input.assumingMemoryBound(to: UInt8.self)
-                conn.peerCloseCode = UInt16(bytes[0]) << 8 | UInt16(bytes[1])
+                conn.closeReason = .peer(code: UInt16(bytes[0]) << 8 | UInt16(bytes[1]))
+            } else if let conn = existingConnection(for: wsi) {
+                conn.closeReason = .peer(code: nil)
             }
             return 0
 

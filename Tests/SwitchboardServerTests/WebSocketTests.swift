@@ -149,6 +149,36 @@ import Testing
         client.socket.close()
     }
 
+    @Test func clientThatDoesNotReadIsDroppedAsASlowConsumer() async throws {
+        let server = try TestServer { $0.limits.sendQueueBytes = 4096 }
+        defer { server.stop() }
+        let socket = try RawSocket(port: server.server.port, receiveBuffer: 4096)
+        defer { socket.close() }
+        try socket.write(
+            "GET /v1/ws?access_token=\(server.token()) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        // Ask for many replies and never read one: the kernel buffers fill, then the send queue.
+        let metrics = server.server.metrics
+        let deadline = ContinuousClock.now + .seconds(60)
+        var sent = 0
+        while metrics.counter("switchboard_disconnects_total", ["reason": "slow_consumer"]) == 0 && ContinuousClock.now < deadline {
+            do {
+                for _ in 0..<500 { try socket.writeTextFrame(#"{"type":"session.info","id":\#(sent)}"#); sent += 1 }
+            } catch {
+                break  // the server closed the connection
+            }
+        }
+        try await within(.seconds(10), "the slow-consumer disconnect") {
+            while metrics.counter("switchboard_disconnects_total", ["reason": "slow_consumer"]) == 0 {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        // The server is still fine for everyone else.
+        let client = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token())
+        #expect(try await client.nextEnvelope().type == MessageType.sessionWelcome)
+        client.socket.close()
+    }
+
     @Test func gracefulShutdownClosesWebSocketsWith1001() async throws {
         let server = try TestServer()
         let clients = try await withThrowingTaskGroup(of: TestClient.self) { group in
@@ -187,8 +217,11 @@ import Testing
 final class RawSocket {
     private let fd: Int32
 
-    init(port: Int) throws {
+    init(port: Int, receiveBuffer: Int32? = nil) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        if var size = receiveBuffer {
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -202,6 +235,26 @@ final class RawSocket {
     func write(_ text: String) throws {
         let bytes = Array(text.utf8)
         guard Glibc.write(fd, bytes, bytes.count) == bytes.count else { throw Timeout(what: "a socket write") }
+    }
+
+    /// Sends one masked text frame, as a client must (RFC 6455 5.3).
+    func writeTextFrame(_ text: String) throws {
+        let payload = Array(text.utf8)
+        var frame: [UInt8] = [0x81]
+        if payload.count < 126 {
+            frame.append(0x80 | UInt8(payload.count))
+        } else {
+            frame += [0x80 | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+        }
+        let mask: [UInt8] = [0x12, 0x34, 0x56, 0x78]
+        frame += mask
+        frame += payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
+        var sent = 0
+        while sent < frame.count {
+            let count = frame[sent...].withUnsafeBufferPointer { Glibc.write(fd, $0.baseAddress, $0.count) }
+            guard count > 0 else { throw Timeout(what: "a socket write (errno \(errno))") }
+            sent += count
+        }
     }
 
     /// Reads until the peer closes; fails after `limit`.

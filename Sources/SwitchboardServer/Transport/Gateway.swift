@@ -198,12 +198,12 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         }
     }
 
-    func webSocketClosed(_ connection: ConnectionID, peerCode: UInt16?) {
+    func webSocketClosed(_ connection: ConnectionID, reason: CloseReason) {
         authenticated.removeValue(forKey: connection)
         guard let session = sessions.removeValue(forKey: connection) else { return }
         metrics.add("switchboard_connections", -1)
-        metrics.increment("switchboard_disconnects_total", ["reason": peerCode.map { "peer_\($0)" } ?? "server_or_network"])
-        logger.info("session closed", ["session": session.id, "peer_code": peerCode.map(String.init) ?? "none"])
+        metrics.increment("switchboard_disconnects_total", ["reason": reason.label])
+        logger.info("session closed", ["session": session.id, "reason": reason.label])
     }
 
     private func handleMessage(_ bytes: [UInt8], binary: Bool, from session: Session) {
