@@ -20,6 +20,7 @@ public final class EventLoop: @unchecked Sendable {
     private let stopRequested = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private var thread: Thread?
+    private var threadName = ""
     private let loopThreadID = Mutex<pthread_t?>(nil)
     private let protocols: UnsafeMutablePointer<lws_protocols>
     private let protocolNames: [UnsafeMutablePointer<CChar>]
@@ -90,8 +91,15 @@ public final class EventLoop: @unchecked Sendable {
         if listen != nil, let vhost = lws_get_vhost_by_name(context, "default") {
             port = Int(lws_get_vhost_listen_port(vhost))
         }
+        threadName = name
+        if server == nil { start() }
+    }
+
+    /// Starts servicing on the loop's own thread. A server's loop starts once its owner has
+    /// finished setting up, so callbacks never see a half-built server.
+    fileprivate func start() {
         let thread = Thread { [self] in self.run() }
-        thread.name = name
+        thread.name = threadName
         self.thread = thread
         thread.start()
     }
@@ -454,6 +462,7 @@ public final class HTTPServer: @unchecked Sendable {
         self.handler = handler
         handler.attach(to: self)
         loop = try EventLoop(listen: options, server: self, name: "switchboard-loop")
+        loop.start()
     }
 
     /// The port the server listens on.

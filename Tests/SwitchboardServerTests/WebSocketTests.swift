@@ -157,6 +157,8 @@ import Testing
         try socket.write(
             "GET /v1/ws?access_token=\(server.token()) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
                 + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        // RFC 6455 4.1: a client sends nothing more until the server's handshake has arrived.
+        #expect(try socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
         // Ask for many replies and never read one: the kernel buffers fill, then the send queue.
         let metrics = server.server.metrics
         let deadline = ContinuousClock.now + .seconds(60)
@@ -255,6 +257,17 @@ final class RawSocket {
             guard count > 0 else { throw Timeout(what: "a socket write (errno \(errno))") }
             sent += count
         }
+    }
+
+    /// Reads the HTTP response head (up to the blank line), byte by byte so nothing after it is taken.
+    func readHandshakeResponse() throws -> String {
+        var head: [UInt8] = []
+        var byte: UInt8 = 0
+        while !head.suffix(4).elementsEqual([13, 10, 13, 10]) {
+            guard read(fd, &byte, 1) == 1 else { throw Timeout(what: "the handshake response") }
+            head.append(byte)
+        }
+        return String(decoding: head, as: UTF8.self)
     }
 
     /// Reads until the peer closes; fails after `limit`.
