@@ -40,6 +40,13 @@ public enum MessageType {
     public static let ping = "ping"
     /// Client request: answered with the session's identity, grants and limits.
     public static let sessionInfo = "session.info"
-    /// Server event, first on every connection: session id and limits.
+    /// Server message, first on a new session: peer id, resume token, limits. Carries no `seq`.
     public static let sessionWelcome = "session.welcome"
+    /// Server message, first on a resumed session: which events follow again. Carries no `seq`.
+    public static let sessionResumed = "session.resumed"
+    public static let roomJoin = "room.join"
+    public static let roomLeave = "room.leave"
+    public static let roomSetMetadata = "room.set_metadata"
+    public static let signal = "signal"
+    public static let data = "data"
 }

@@ -25,6 +25,10 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     case rateLimited = "rate_limited"
     /// The resource already exists.
     case conflict
+    /// The room has its maximum number of participants.
+    case roomFull = "room_full"
+    /// The request names a room the sender is not in.
+    case notInRoom = "not_in_room"
     /// The server is shutting down or not ready.
     case unavailable
     /// An unexpected failure inside the server; it is logged with a request id.

@@ -101,6 +101,9 @@ final class TestClient: Sendable {
         func withLock<T>(_ body: (inout [WebSocketClient.Event]) -> T) -> T { events.withLock { body(&$0) } }
     }
 
+    /// Envelopes read while waiting for a reply, handed out first by `nextEnvelope`.
+    private let stash = Mutex<[Envelope]>([])
+
     init(_ socket: WebSocketClient) {
         self.socket = socket
         let inbox = self.inbox
@@ -126,6 +129,7 @@ final class TestClient: Sendable {
 
     /// The next message, decoded as an envelope.
     func nextEnvelope(timeout: Duration = .seconds(5)) async throws -> Envelope {
+        if let stashed = stash.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { return stashed }
         let event = try await next(timeout: timeout)
         guard case .text(let text) = event else {
             throw Timeout(what: "a text message, got \(event)")
@@ -137,7 +141,27 @@ final class TestClient: Sendable {
     func request(_ type: String, id: JSONValue = "r1", data: JSONValue? = nil) async throws -> Envelope {
         let envelope = Envelope(type: type, id: id, data: data)
         socket.send(text: String(decoding: try JSONEncoder().encode(envelope), as: UTF8.self))
-        return try await nextEnvelope()
+        var others: [Envelope] = []
+        defer { if !others.isEmpty { stash.withLock { $0.insert(contentsOf: others, at: 0) } } }
+        while true {
+            let next = try await nextEnvelope()
+            if next.id == id && (next.type == MessageType.ok || next.type == MessageType.error) { return next }
+            others.append(next)
+        }
+    }
+
+    /// Sends a request with `data` built from an encodable value.
+    func request(_ type: String, id: JSONValue = "r1", encoding data: some Encodable) async throws -> Envelope {
+        let value = try JSONDecoder().decode(JSONValue.self, from: JSONEncoder().encode(data))
+        return try await request(type, id: id, data: value)
+    }
+
+    /// Fails if anything arrives within `window`.
+    func expectSilence(for window: Duration = .milliseconds(300)) async throws {
+        if let stashed = stash.withLock({ $0.first }) { throw UnexpectedMessage(description: "\(stashed)") }
+        let event: WebSocketClient.Event
+        do { event = try await next(timeout: window) } catch is Timeout { return }
+        throw UnexpectedMessage(description: "\(event)")
     }
 
     func sendRaw(_ text: String) {
@@ -152,3 +176,7 @@ final class TestClient: Sendable {
     }
 }
 
+
+struct UnexpectedMessage: Error, CustomStringConvertible {
+    var description: String
+}

@@ -11,7 +11,9 @@ import Testing
         let client = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token("alice"))
         let welcome = try await client.nextEnvelope()
         #expect(welcome.type == MessageType.sessionWelcome)
-        #expect(welcome.seq == 1)
+        #expect(welcome.seq == nil, "session.welcome opens a connection and carries no seq")
+        #expect(welcome.data?["peer_id"]?.stringValue?.hasPrefix("p_") == true)
+        #expect(welcome.data?["resume_token"]?.stringValue?.count == 32)
         #expect(welcome.data?["identity"] == "alice")
         #expect(welcome.data?["limits"]?["max_message_bytes"] == .int(64 * 1024))
 

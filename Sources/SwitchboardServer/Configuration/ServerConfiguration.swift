@@ -19,6 +19,14 @@ public struct ServerConfiguration: Sendable {
     public var enableEcho = false
     /// The URL printed for people to open (defaults to http://host:port/).
     public var publicURL: String?
+    /// Serve `POST /v1/dev/tokens`, which issues tokens without the app secret. Development only.
+    public var devTokens = false
+    /// TURN and STUN servers handed to clients.
+    public var turnURLs: [String] = []
+    public var stunURLs: [String] = []
+    /// coturn's `static-auth-secret`. Never logged.
+    public var turnSecret: String?
+    public var turnTTLSeconds = 3600
     public var limits = Limits()
 
     /// Named limits; docs/configuration.md gives each one's meaning.
@@ -35,6 +43,15 @@ public struct ServerConfiguration: Sendable {
         public var tokenLeewaySeconds = 30
         public var maxTokenTTLSeconds = 7 * 24 * 3600
         public var shutdownGraceSeconds = 5
+        public var maxRoomParticipants = 8
+        public var emptyRoomTimeoutSeconds = 300
+        public var maxRoomsPerPeer = 16
+        public var maxRoomsPerApp = 10_000
+        public var maxDataBytes = 16 * 1024
+        public var messagesPerSecond = 50
+        public var messageBurst = 200
+        public var resumeGraceSeconds = 20
+        public var resumeBufferEvents = 256
         public init() {}
     }
 
@@ -101,11 +118,7 @@ public struct ServerConfiguration: Sendable {
             config.logLevel = level
         },
         Setting(name: "enable_echo", summary: "Serve the /v1/echo WebSocket endpoint (conformance tests).", isFlag: true) { config, text in
-            switch text.lowercased() {
-            case "1", "true", "yes", "on": config.enableEcho = true
-            case "0", "false", "no", "off": config.enableEcho = false
-            default: throw InvalidSetting(name: "enable_echo", value: text, expected: "true or false")
-            }
+            config.enableEcho = try parseBool("enable_echo", text)
         },
         Setting(name: "public_url", summary: "URL printed for people to open; defaults to http://host:port/.") { config, text in
             config.publicURL = text
@@ -122,7 +135,46 @@ public struct ServerConfiguration: Sendable {
         int("token_leeway_seconds", "Clock skew tolerated on a token's exp and nbf.", 0...600, \.limits.tokenLeewaySeconds),
         int("max_token_ttl_seconds", "Longest lifetime of a token issued by POST /v1/tokens.", 60...(30 * 86400), \.limits.maxTokenTTLSeconds),
         int("shutdown_grace_seconds", "Time given to WebSockets to close on shutdown.", 0...300, \.limits.shutdownGraceSeconds),
+        int("max_room_participants", "Default participant limit of a room (mesh).", 2...256, \.limits.maxRoomParticipants),
+        int("empty_room_timeout_seconds", "An empty room is closed after this long.", 1...86400, \.limits.emptyRoomTimeoutSeconds),
+        int("max_rooms_per_peer", "Rooms one peer may be in at once.", 1...1024, \.limits.maxRoomsPerPeer),
+        int("max_rooms_per_app", "Rooms an app may have at once.", 1...10_000_000, \.limits.maxRoomsPerApp),
+        int("max_data_bytes", "Largest data message or metadata (encoded JSON).", 16...(1 << 20), \.limits.maxDataBytes),
+        int("messages_per_second", "Sustained messages per second per connection.", 1...100_000, \.limits.messagesPerSecond),
+        int("message_burst", "Messages a connection may send at once above the rate.", 1...1_000_000, \.limits.messageBurst),
+        int("resume_grace_seconds", "A dropped session keeps its peer id and rooms this long.", 0...3600, \.limits.resumeGraceSeconds),
+        int("resume_buffer_events", "Recent events kept per session for replay on resume.", 1...100_000, \.limits.resumeBufferEvents),
+        Setting(name: "dev_tokens", summary: "Serve POST /v1/dev/tokens (tokens without the secret; development only).", isFlag: true) { config, text in
+            config.devTokens = try parseBool("dev_tokens", text)
+        },
+        Setting(name: "turn_urls", summary: "Comma-separated TURN URLs (turn:127.0.0.1:3478?transport=udp).") { config, text in
+            config.turnURLs = list(text)
+        },
+        Setting(name: "stun_urls", summary: "Comma-separated STUN URLs handed to clients.") { config, text in
+            config.stunURLs = list(text)
+        },
+        Setting(name: "turn_secret", summary: "coturn's static-auth-secret for TURN credentials (never logged).") { config, text in
+            config.turnSecret = text.isEmpty ? nil : text
+        },
+        int("turn_ttl_seconds", "Lifetime of TURN credentials.", 60...(7 * 86400), \.turnTTLSeconds),
     ]
+
+    private static func list(_ text: String) -> [String] {
+        text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
+    private static func parseBool(_ name: String, _ text: String) throws -> Bool {
+        switch text.lowercased() {
+        case "1", "true", "yes", "on": return true
+        case "0", "false", "no", "off": return false
+        default: throw InvalidSetting(name: name, value: text, expected: "true or false")
+        }
+    }
+
+    /// The TURN settings as a service.
+    var turnService: TurnService {
+        TurnService(turnURLs: turnURLs, stunURLs: stunURLs, secret: turnSecret, ttlSeconds: turnTTLSeconds)
+    }
 
     /// Each setting's default, as text, by name (for help and docs).
     public static var defaultValues: [String: String] {
@@ -143,6 +195,17 @@ public struct ServerConfiguration: Sendable {
             "token_leeway_seconds": String(limits.tokenLeewaySeconds),
             "max_token_ttl_seconds": String(limits.maxTokenTTLSeconds),
             "shutdown_grace_seconds": String(limits.shutdownGraceSeconds),
+            "max_room_participants": String(limits.maxRoomParticipants),
+            "empty_room_timeout_seconds": String(limits.emptyRoomTimeoutSeconds),
+            "max_rooms_per_peer": String(limits.maxRoomsPerPeer),
+            "max_rooms_per_app": String(limits.maxRoomsPerApp),
+            "max_data_bytes": String(limits.maxDataBytes),
+            "messages_per_second": String(limits.messagesPerSecond),
+            "message_burst": String(limits.messageBurst),
+            "resume_grace_seconds": String(limits.resumeGraceSeconds),
+            "resume_buffer_events": String(limits.resumeBufferEvents),
+            "dev_tokens": "false", "turn_urls": "none", "stun_urls": "none", "turn_secret": "none",
+            "turn_ttl_seconds": String(defaults.turnTTLSeconds),
         ]
     }
 

@@ -20,8 +20,9 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     let logger: Logger
     let verifier: AccessTokenVerifier
     private(set) weak var server: HTTPServer?
-    private var sessions: [ConnectionID: Session] = [:]
-    private var authenticated: [ConnectionID: (AccessTokenClaims, App)] = [:]
+    let hub: Hub
+    private var authenticated: [ConnectionID: (AccessTokenClaims, App, Hub.ResumeRequest?)] = [:]
+    private var echoConnections: Set<ConnectionID> = []
     private(set) var draining = false
     private let staticFiles: StaticFiles
     private let encoder: JSONEncoder = {
@@ -29,7 +30,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         encoder.outputFormatting = [.withoutEscapingSlashes]
         return encoder
     }()
-    private let decoder = JSONDecoder()
+    let decoder = JSONDecoder()
 
     init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger) {
         self.configuration = configuration
@@ -40,10 +41,12 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             maxTokenBytes: configuration.limits.maxTokenBytes,
             leewaySeconds: Int64(configuration.limits.tokenLeewaySeconds))
         staticFiles = StaticFiles(root: configuration.webRoot)
+        hub = Hub(configuration: configuration, metrics: metrics, logger: logger)
     }
 
     func attach(to server: HTTPServer) {
         self.server = server
+        hub.transport = server
     }
 
     // MARK: HTTP
@@ -67,7 +70,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             if draining { return ("/readyz", failure(503, ErrorBody(.unavailable, "server is shutting down"))) }
             return ("/readyz", json(200, ["status": "ready"]))
         case (.get, "/metrics"):
-            metrics.set("switchboard_connections", to: Double(sessions.count))
+            metrics.set("switchboard_sessions", to: Double(hub.sessionCount))
             return (
                 "/metrics",
                 HTTPResponse(
@@ -78,6 +81,14 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             return ("/v1/tokens", issueToken(request))
         case (_, "/v1/tokens"):
             return ("/v1/tokens", methodNotAllowed(allowed: "POST"))
+        case (.post, "/v1/dev/tokens") where configuration.devTokens:
+            return ("/v1/dev/tokens", issueDevelopmentToken(request))
+        case (.get, "/v1/turn"):
+            return ("/v1/turn", turnCredentials(request))
+        case (_, "/v1/turn"):
+            return ("/v1/turn", methodNotAllowed(allowed: "GET"))
+        case (_, let path) where path == "/v1/rooms" || path.hasPrefix("/v1/rooms/"):
+            return routeRooms(request)
         case (_, "/v1/ws"), (_, "/v1/echo"):
             return (request.path, failure(426, ErrorBody(.badRequest, "this endpoint needs a WebSocket upgrade"), headers: [("upgrade", "websocket")]))
         case (_, let path) where path == "/v1" || path.hasPrefix("/v1/"):
@@ -122,7 +133,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     }
 
     /// The app whose API key and secret are in an HTTP Basic `Authorization` header.
-    private func basicAuthApp(_ header: String?) -> App? {
+    func basicAuthApp(_ header: String?) -> App? {
         guard let header, header.lowercased().hasPrefix("basic "),
             let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
             let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
@@ -151,7 +162,11 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             do throws(TokenError) {
                 let claims = try verifier.verify(token) { store.app(apiKey: $0)?.apiSecret }
                 guard let app = store.app(apiKey: claims.iss) else { throw TokenError.unknownIssuer }
-                authenticated[connection] = (claims, app)
+                var resume: Hub.ResumeRequest?
+                if let resumeToken = request.query["resume_token"], !resumeToken.isEmpty {
+                    resume = Hub.ResumeRequest(token: resumeToken, lastSequence: UInt64(request.query["last_seq"] ?? "") ?? 0)
+                }
+                authenticated[connection] = (claims, app, resume)
                 return .accept(tag: Endpoint.signaling.rawValue)
             } catch {
                 metrics.increment("switchboard_connections_refused_total", ["reason": error.code.rawValue])
@@ -165,115 +180,35 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         }
     }
 
-    private func bearerToken(_ header: String?) -> String? {
+    func bearerToken(_ header: String?) -> String? {
         guard let header, header.lowercased().hasPrefix("bearer ") else { return nil }
         return String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
     }
 
     func webSocketOpened(_ connection: ConnectionID, tag: Int) {
-        guard Endpoint(rawValue: tag) == .signaling, let (claims, app) = authenticated.removeValue(forKey: connection) else {
-            return
+        switch Endpoint(rawValue: tag) {
+        case .signaling:
+            guard let (claims, app, resume) = authenticated.removeValue(forKey: connection) else { return }
+            hub.connected(connection, claims: claims, app: app, resume: resume)
+        case .echo:
+            echoConnections.insert(connection)
+        case nil:
+            break
         }
-        let session = Session(id: "s_" + RandomID.alphanumeric(16), connection: connection, claims: claims, app: app)
-        sessions[connection] = session
-        metrics.increment("switchboard_connections_total")
-        metrics.add("switchboard_connections", 1)
-        logger.info("session opened", ["session": session.id, "app": app.id, "identity": claims.sub])
-        let limits = configuration.limits
-        let welcome = SessionWelcome(
-            sessionID: session.id, identity: claims.sub, serverTime: Self.nowMilliseconds(),
-            limits: SessionLimits(
-                maxMessageBytes: limits.maxMessageBytes, pingIntervalSeconds: limits.pingIntervalSeconds,
-                idleTimeoutSeconds: limits.idleTimeoutSeconds))
-        sendEvent(MessageType.sessionWelcome, data: welcome, to: session)
     }
 
     func webSocketReceived(_ connection: ConnectionID, message: [UInt8], binary: Bool) {
-        if let session = sessions[connection] {
-            metrics.increment("switchboard_messages_in_total")
-            handleMessage(message, binary: binary, from: session)
-        } else {
-            // The echo endpoint: send the message back as it came.
+        if echoConnections.contains(connection) {
             server?.send(OutboundFrame(message, binary: binary), to: connection)
+        } else {
+            hub.received(message, binary: binary, on: connection)
         }
     }
 
     func webSocketClosed(_ connection: ConnectionID, reason: CloseReason) {
         authenticated.removeValue(forKey: connection)
-        guard let session = sessions.removeValue(forKey: connection) else { return }
-        metrics.add("switchboard_connections", -1)
-        metrics.increment("switchboard_disconnects_total", ["reason": reason.label])
-        logger.info("session closed", ["session": session.id, "reason": reason.label])
-    }
-
-    private func handleMessage(_ bytes: [UInt8], binary: Bool, from session: Session) {
-        if binary {
-            reply(.error(id: nil, ErrorBody(.badRequest, "binary messages are not part of the protocol")), to: session)
-            return
-        }
-        guard let value = try? decoder.decode(JSONValue.self, from: Data(bytes)) else {
-            reply(.error(id: nil, ErrorBody(.malformedJSON, "the message is not valid JSON")), to: session)
-            return
-        }
-        guard case .object(let object) = value else {
-            reply(.error(id: nil, ErrorBody(.badRequest, "a message must be a JSON object")), to: session)
-            return
-        }
-        let id = object["id"]
-        guard let id, id != .null, Self.isUsableID(id) else {
-            reply(.error(id: nil, ErrorBody(.badRequest, "every request needs an id (a string or an integer)")), to: session)
-            return
-        }
-        guard case .string(let type) = object["type"] else {
-            reply(.error(id: id, ErrorBody(.badRequest, "every request needs a string type")), to: session)
-            return
-        }
-        switch type {
-        case MessageType.ping:
-            reply(.ok(id: id, data: ["server_time": .int(Self.nowMilliseconds())]), to: session)
-        case MessageType.sessionInfo:
-            let grants = (try? encoder.encode(session.claims.grants)).flatMap { try? decoder.decode(JSONValue.self, from: $0) }
-            reply(
-                .ok(
-                    id: id,
-                    data: [
-                        "session_id": .string(session.id), "identity": .string(session.claims.sub),
-                        "name": session.claims.name.map(JSONValue.string) ?? .null, "app_id": .string(session.app.id),
-                        "grants": grants ?? .null, "token_expires_at": .int(session.claims.exp),
-                    ]), to: session)
-        default:
-            reply(.error(id: id, ErrorBody(.unknownType, "unknown message type '\(type.prefix(64))'")), to: session)
-        }
-    }
-
-    private static func isUsableID(_ id: JSONValue) -> Bool {
-        switch id {
-        case .string(let text): !text.isEmpty && text.utf8.count <= 128
-        case .int: true
-        default: false
-        }
-    }
-
-    private func reply(_ envelope: Envelope, to session: Session) {
-        if let error = envelope.error {
-            metrics.increment("switchboard_errors_total", ["code": error.code.rawValue])
-        }
-        send(envelope, to: session)
-    }
-
-    private func sendEvent(_ type: String, data: some Encodable, to session: Session) {
-        session.lastSequence += 1
-        let payload = (try? encoder.encode(data)).flatMap { try? decoder.decode(JSONValue.self, from: $0) }
-        send(Envelope(type: type, seq: session.lastSequence, data: payload), to: session)
-    }
-
-    private func send(_ envelope: Envelope, to session: Session) {
-        guard let bytes = try? encoder.encode(envelope) else {
-            logger.error("cannot encode a message", ["type": envelope.type])
-            return
-        }
-        if server?.send(OutboundFrame(bytes), to: session.connection) == true {
-            metrics.increment("switchboard_messages_out_total")
+        if echoConnections.remove(connection) == nil {
+            hub.disconnected(connection, reason: reason)
         }
     }
 
@@ -303,28 +238,28 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
 
     // MARK: Responses
 
-    private func json(_ status: Int, _ object: [String: String]) -> HTTPResponse {
+    func json(_ status: Int, _ object: [String: String]) -> HTTPResponse {
         encoded(status, object)
     }
 
-    private func encoded(_ status: Int, _ value: some Encodable, headers: [(String, String)] = []) -> HTTPResponse {
+    func encoded(_ status: Int, _ value: some Encodable, headers: [(String, String)] = []) -> HTTPResponse {
         guard let body = try? encoder.encode(value) else {
             return failure(500, ErrorBody(.internal, "cannot encode the response"))
         }
         return HTTPResponse(status: status, headers: headers, body: .bytes(Array(body)))
     }
 
-    private func failure(_ status: Int, _ error: ErrorBody, headers: [(String, String)] = []) -> HTTPResponse {
+    func failure(_ status: Int, _ error: ErrorBody, headers: [(String, String)] = []) -> HTTPResponse {
         metrics.increment("switchboard_errors_total", ["code": error.code.rawValue])
         let body = (try? encoder.encode(ErrorEnvelope(error: error))) ?? Data()
         return HTTPResponse(status: status, headers: headers, body: .bytes(Array(body)))
     }
 
-    private func methodNotAllowed(allowed: String) -> HTTPResponse {
+    func methodNotAllowed(allowed: String) -> HTTPResponse {
         failure(405, ErrorBody(.methodNotAllowed, "use \(allowed)"), headers: [("allow", allowed)])
     }
 
-    private func decodeFailure(_ body: [UInt8], _ error: any Error) -> HTTPResponse {
+    func decodeFailure(_ body: [UInt8], _ error: any Error) -> HTTPResponse {
         if (try? decoder.decode(JSONValue.self, from: Data(body))) == nil {
             return failure(400, ErrorBody(.malformedJSON, "the body is not valid JSON"))
         }
@@ -349,19 +284,3 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     }
 }
 
-/// One authenticated WebSocket connection on `/v1/ws`.
-final class Session {
-    let id: String
-    let connection: ConnectionID
-    let claims: AccessTokenClaims
-    let app: App
-    /// The `seq` of the last event sent; events count from 1.
-    var lastSequence: UInt64 = 0
-
-    init(id: String, connection: ConnectionID, claims: AccessTokenClaims, app: App) {
-        self.id = id
-        self.connection = connection
-        self.claims = claims
-        self.app = app
-    }
-}

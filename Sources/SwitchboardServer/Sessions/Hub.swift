@@ -1,0 +1,423 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+
+/// Owns sessions and rooms. Runs on the event loop thread only: the gateway calls it from
+/// transport callbacks, timers call it from the loop.
+final class Hub {
+    /// What a new connection asks for when it wants its old session back.
+    struct ResumeRequest {
+        var token: String
+        var lastSequence: UInt64
+    }
+
+    let configuration: ServerConfiguration
+    let metrics: Metrics
+    let logger: Logger
+    let turn: TurnService
+    weak var transport: HTTPServer?
+    private(set) var rooms: RoomDirectory
+    private var sessions: [String: Session] = [:]
+    private var byConnection: [ConnectionID: Session] = [:]
+    private var byResumeToken: [String: Session] = [:]
+    private var emptyTimers: [RoomKey: TimerID] = [:]
+    private let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return encoder
+    }()
+    private let decoder = JSONDecoder()
+
+    init(configuration: ServerConfiguration, metrics: Metrics, logger: Logger) {
+        self.configuration = configuration
+        self.metrics = metrics
+        self.logger = logger
+        let limits = configuration.limits
+        rooms = RoomDirectory(
+            settings: .init(
+                maxParticipants: limits.maxRoomParticipants, emptyTimeout: .seconds(limits.emptyRoomTimeoutSeconds),
+                maxRoomsPerApp: limits.maxRoomsPerApp))
+        turn = configuration.turnService
+    }
+
+    private var now: ContinuousClock.Instant { .now }
+
+    private static func wallMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    /// Sessions attached to a connection or waiting in their grace period.
+    var sessionCount: Int { sessions.count }
+
+    // MARK: Connections
+
+    /// A connection authenticated as `claims` opened; starts or resumes its session.
+    func connected(_ connection: ConnectionID, claims: AccessTokenClaims, app: App, resume: ResumeRequest?) {
+        metrics.increment("switchboard_connections_total")
+        metrics.add("switchboard_connections", 1)
+        var resumeFailed = false
+        if let resume {
+            if let session = byResumeToken[resume.token], session.app.id == app.id, session.identity == claims.sub {
+                if let missed = session.log.events(after: resume.lastSequence, newest: session.lastSequence) {
+                    reattach(session, to: connection, claims: claims, replay: missed, from: resume.lastSequence + 1)
+                    return
+                }
+                logger.info("resume impossible, events lost", ["peer": session.peerID])
+                end(session, reason: .disconnected)
+            }
+            resumeFailed = true
+            metrics.increment("switchboard_resumes_total", ["outcome": "failed"])
+        }
+        let limits = configuration.limits
+        let session = Session(
+            peerID: "p_" + RandomID.alphanumeric(16), app: app, claims: claims, resumeToken: RandomID.alphanumeric(32),
+            logCapacity: limits.resumeBufferEvents,
+            rate: TokenBucket(rate: limits.messagesPerSecond, burst: limits.messageBurst, now: now))
+        session.connection = connection
+        sessions[session.peerID] = session
+        byConnection[connection] = session
+        byResumeToken[session.resumeToken] = session
+        logger.info("session opened", ["peer": session.peerID, "app": app.id, "identity": claims.sub, "conn": connection.description])
+        let welcome = SessionWelcome(
+            peerID: session.peerID, identity: claims.sub, resumeToken: session.resumeToken,
+            serverTime: Self.wallMillis(), limits: sessionLimits, resumeFailed: resumeFailed)
+        sendControl(MessageType.sessionWelcome, welcome, to: session)
+    }
+
+    private var sessionLimits: SessionLimits {
+        let limits = configuration.limits
+        return SessionLimits(
+            maxMessageBytes: limits.maxMessageBytes, maxDataBytes: limits.maxDataBytes,
+            messagesPerSecond: limits.messagesPerSecond, pingIntervalSeconds: limits.pingIntervalSeconds,
+            idleTimeoutSeconds: limits.idleTimeoutSeconds, resumeGraceSeconds: limits.resumeGraceSeconds)
+    }
+
+    private func reattach(_ session: Session, to connection: ConnectionID, claims: AccessTokenClaims, replay: [OutboundFrame], from: UInt64) {
+        if let old = session.connection {
+            // The old connection is still open (a half-dead socket): this one replaces it.
+            byConnection.removeValue(forKey: old)
+            transport?.close(old, code: 4001, reason: "replaced by a resumed connection")
+        }
+        if let timer = session.graceTimer {
+            transport?.loop.cancel(timer)
+            session.graceTimer = nil
+        }
+        session.connection = connection
+        session.claims = claims
+        byConnection[connection] = session
+        metrics.increment("switchboard_resumes_total", ["outcome": "resumed"])
+        logger.info("session resumed", ["peer": session.peerID, "conn": connection.description, "replayed": String(replay.count)])
+        sendControl(MessageType.sessionResumed, SessionResumed(peerID: session.peerID, replayFrom: from, replayCount: replay.count), to: session)
+        for frame in replay { transmit(frame, to: session) }
+    }
+
+    /// A connection closed. A clean close by the client ends the session; anything else starts
+    /// the grace period in which the client may resume.
+    func disconnected(_ connection: ConnectionID, reason: CloseReason) {
+        metrics.add("switchboard_connections", -1)
+        metrics.increment("switchboard_disconnects_total", ["reason": reason.label])
+        guard let session = byConnection.removeValue(forKey: connection) else { return }
+        session.connection = nil
+        if case .peer(let code) = reason, code == 1000 || code == 1001 {
+            end(session, reason: .left)
+            return
+        }
+        let grace = configuration.limits.resumeGraceSeconds
+        logger.info("session detached", ["peer": session.peerID, "reason": reason.label, "grace_seconds": String(grace)])
+        session.graceTimer = transport?.loop.schedule(after: .seconds(grace)) { [weak self, weak session] in
+            guard let self, let session, session.connection == nil else { return }
+            session.graceTimer = nil
+            self.logger.info("resume grace expired", ["peer": session.peerID])
+            self.end(session, reason: .disconnected)
+        }
+    }
+
+    /// Ends a session: it leaves its rooms (others hear `reason`) and can no longer be resumed.
+    private func end(_ session: Session, reason: PeerLeftReason) {
+        if let timer = session.graceTimer { transport?.loop.cancel(timer) }
+        for name in session.rooms.sorted() {
+            let key = RoomKey(appID: session.app.id, name: name)
+            if let effects = try? rooms.leave(key, peerID: session.peerID, reason: reason) { apply(effects) }
+        }
+        session.rooms.removeAll()
+        sessions.removeValue(forKey: session.peerID)
+        byResumeToken.removeValue(forKey: session.resumeToken)
+        if let connection = session.connection {
+            byConnection.removeValue(forKey: connection)
+            transport?.close(connection, code: 1000, reason: "session ended")
+        }
+        logger.info("session ended", ["peer": session.peerID, "reason": reason.rawValue])
+    }
+
+    // MARK: Messages
+
+    func received(_ bytes: [UInt8], binary: Bool, on connection: ConnectionID) {
+        guard let session = byConnection[connection] else { return }
+        metrics.increment("switchboard_messages_in_total")
+        if binary {
+            reply(.error(id: nil, ErrorBody(.badRequest, "binary messages are not part of the protocol")), to: session)
+            return
+        }
+        guard let value = try? decoder.decode(JSONValue.self, from: Data(bytes)) else {
+            reply(.error(id: nil, ErrorBody(.malformedJSON, "the message is not valid JSON")), to: session)
+            return
+        }
+        guard case .object(let object) = value else {
+            reply(.error(id: nil, ErrorBody(.badRequest, "a message must be a JSON object")), to: session)
+            return
+        }
+        guard let id = object["id"], Self.isUsableID(id) else {
+            reply(.error(id: nil, ErrorBody(.badRequest, "every request needs an id (a string or an integer)")), to: session)
+            return
+        }
+        guard case .string(let type) = object["type"] else {
+            reply(.error(id: id, ErrorBody(.badRequest, "every request needs a string type")), to: session)
+            return
+        }
+        guard session.rate.take(now: now) else {
+            reply(.error(id: id, ErrorBody(.rateLimited, "more than \(configuration.limits.messagesPerSecond) messages per second")), to: session)
+            return
+        }
+        do throws(ErrorBody) {
+            let result = try handle(type: type, bytes: bytes, from: session)
+            reply(.ok(id: id, data: result.reply), to: session)
+            apply(result.effects)
+        } catch {
+            reply(.error(id: id, error), to: session)
+        }
+    }
+
+    private struct Outcome {
+        var reply: JSONValue?
+        var effects: [RoomDirectory.Effect] = []
+    }
+
+    private func handle(type: String, bytes: [UInt8], from session: Session) throws(ErrorBody) -> Outcome {
+        switch type {
+        case MessageType.ping:
+            return Outcome(reply: ["server_time": .int(Self.wallMillis())])
+
+        case MessageType.sessionInfo:
+            return Outcome(reply: [
+                "peer_id": .string(session.peerID), "identity": .string(session.identity),
+                "name": session.claims.name.map(JSONValue.string) ?? .null, "app_id": .string(session.app.id),
+                "grants": jsonValue(session.claims.grants), "token_expires_at": .int(session.claims.exp),
+                "rooms": .array(session.rooms.sorted().map(JSONValue.string)),
+            ])
+
+        case MessageType.roomJoin:
+            let request: RoomJoinRequest = try decodeData(bytes)
+            try Self.validateRoomName(request.room)
+            guard session.claims.grants.allowsJoining(room: request.room) else {
+                throw ErrorBody(.forbidden, "your token does not grant joining room '\(request.room)'")
+            }
+            if let metadata = request.metadata { try checkSize(metadata, what: "metadata") }
+            if !session.rooms.contains(request.room) && session.rooms.count >= configuration.limits.maxRoomsPerPeer {
+                throw ErrorBody(.rateLimited, "a peer may be in at most \(configuration.limits.maxRoomsPerPeer) rooms")
+            }
+            var peer = session.description
+            peer.metadata = request.metadata
+            let key = RoomKey(appID: session.app.id, name: request.room)
+            let joined: (room: RoomDirectory.Room, others: [PeerDescription], effects: [RoomDirectory.Effect])
+            do { joined = try rooms.join(key, peer: peer, now: now, wallMillis: Self.wallMillis()) } catch { throw error.body }
+            session.rooms.insert(request.room)
+            metrics.increment("switchboard_room_joins_total")
+            logger.info("joined room", ["peer": session.peerID, "room": request.room, "peers": String(joined.room.members.count)])
+            let reply = RoomJoined(
+                room: request.room, peerID: session.peerID, peers: joined.others, metadata: joined.room.metadata,
+                iceServers: turn.credentials(for: session.identity).iceServers)
+            return Outcome(reply: jsonValue(reply), effects: joined.effects)
+
+        case MessageType.roomLeave:
+            let request: RoomLeaveRequest = try decodeData(bytes)
+            let effects: [RoomDirectory.Effect]
+            do {
+                effects = try rooms.leave(RoomKey(appID: session.app.id, name: request.room), peerID: session.peerID, reason: .left)
+            } catch { throw error == .notFound(request.room) ? RoomError.notInRoom(request.room).body : error.body }
+            session.rooms.remove(request.room)
+            return Outcome(reply: nil, effects: effects)
+
+        case MessageType.signal:
+            let request: SignalRequest = try decodeData(bytes)
+            metrics.increment("switchboard_signals_total")
+            do {
+                return Outcome(
+                    effects: try rooms.signal(
+                        RoomKey(appID: session.app.id, name: request.room), from: session.peerID, to: request.to,
+                        signal: request.signal))
+            } catch { throw error.body }
+
+        case MessageType.data:
+            let request: DataRequest = try decodeData(bytes)
+            try checkSize(request.data, what: "data")
+            do {
+                return Outcome(
+                    effects: try rooms.data(
+                        RoomKey(appID: session.app.id, name: request.room), from: session.peerID, to: request.to,
+                        data: request.data))
+            } catch { throw error.body }
+
+        case MessageType.roomSetMetadata:
+            let request: RoomMetadataRequest = try decodeData(bytes)
+            guard session.claims.grants.admin == true else {
+                throw ErrorBody(.forbidden, "setting room metadata needs the admin grant")
+            }
+            try checkSize(request.metadata, what: "metadata")
+            do {
+                return Outcome(effects: try rooms.setMetadata(RoomKey(appID: session.app.id, name: request.room), request.metadata))
+            } catch { throw error.body }
+
+        default:
+            throw ErrorBody(.unknownType, "unknown message type '\(type.prefix(64))'")
+        }
+    }
+
+    // MARK: Admin (REST)
+
+    func createRoom(app: App, name: String, request: CreateRoomRequest) throws(ErrorBody) -> RoomInfo {
+        let key = RoomKey(appID: app.id, name: name)
+        let timeout = request.emptyTimeoutSeconds.map { Duration.seconds($0) }
+        do {
+            let effects = try rooms.create(
+                key, maxParticipants: request.maxParticipants, emptyTimeout: timeout, metadata: request.metadata, now: now,
+                wallMillis: Self.wallMillis())
+            apply(effects)
+        } catch { throw error.body }
+        logger.info("room created", ["app": app.id, "room": name])
+        return info(rooms.room(key)!)
+    }
+
+    func listRooms(app: App) -> [RoomInfo] {
+        rooms.rooms(ofApp: app.id).map(info)
+    }
+
+    func room(app: App, name: String) throws(ErrorBody) -> RoomInfo {
+        guard let room = rooms.room(RoomKey(appID: app.id, name: name)) else { throw RoomError.notFound(name).body }
+        return info(room)
+    }
+
+    func deleteRoom(app: App, name: String) throws(ErrorBody) {
+        let result: (members: [String], effects: [RoomDirectory.Effect])
+        do { result = try rooms.delete(RoomKey(appID: app.id, name: name)) } catch { throw error.body }
+        for peerID in result.members { sessions[peerID]?.rooms.remove(name) }
+        apply(result.effects)
+        logger.info("room deleted", ["app": app.id, "room": name])
+    }
+
+    func kick(app: App, room name: String, peerID: String) throws(ErrorBody) {
+        let key = RoomKey(appID: app.id, name: name)
+        guard rooms.room(key) != nil else { throw RoomError.notFound(name).body }
+        let effects: [RoomDirectory.Effect]
+        do { effects = try rooms.leave(key, peerID: peerID, reason: .kicked) } catch {
+            throw RoomError.peerNotInRoom(peer: peerID, room: name).body
+        }
+        sessions[peerID]?.rooms.remove(name)
+        apply(effects)
+    }
+
+    func sendData(app: App, room name: String, request: RoomDataRequest) throws(ErrorBody) {
+        try checkSize(request.data, what: "data")
+        do { apply(try rooms.data(RoomKey(appID: app.id, name: name), from: nil, to: request.to, data: request.data)) } catch {
+            throw error.body
+        }
+    }
+
+    private func info(_ room: RoomDirectory.Room) -> RoomInfo {
+        RoomInfo(
+            name: room.key.name, createdAt: room.createdAtWallMillis, maxParticipants: room.maxParticipants,
+            emptyTimeoutSeconds: Int(room.emptyTimeout.components.seconds), metadata: room.metadata, peers: room.members)
+    }
+
+    // MARK: Effects and sending
+
+    private func apply(_ effects: [RoomDirectory.Effect]) {
+        for effect in effects {
+            switch effect {
+            case .send(let event, let peerID):
+                guard let session = sessions[peerID] else { continue }
+                sendEvent(event.type, event.data, to: session)
+            case .armEmptyTimer(let key, let after):
+                if let old = emptyTimers[key] { transport?.loop.cancel(old) }
+                emptyTimers[key] = transport?.loop.schedule(after: after) { [weak self] in
+                    guard let self else { return }
+                    self.emptyTimers.removeValue(forKey: key)
+                    if self.rooms.closeIfEmpty(key) {
+                        self.metrics.increment("switchboard_rooms_closed_total", ["reason": "empty"])
+                        self.logger.info("empty room closed", ["app": key.appID, "room": key.name])
+                    }
+                }
+            case .disarmEmptyTimer(let key):
+                if let timer = emptyTimers.removeValue(forKey: key) { transport?.loop.cancel(timer) }
+            }
+        }
+        metrics.set("switchboard_rooms", to: Double(rooms.rooms.count))
+    }
+
+    /// Sends a sequenced event: logged for replay, delivered now if attached.
+    private func sendEvent(_ type: String, _ data: JSONValue, to session: Session) {
+        session.lastSequence += 1
+        guard let bytes = try? encoder.encode(Envelope(type: type, seq: session.lastSequence, data: data)) else { return }
+        let frame = OutboundFrame(bytes)
+        session.log.append(seq: session.lastSequence, frame: frame)
+        transmit(frame, to: session)
+    }
+
+    /// Sends an unsequenced connection message (`session.welcome`, `session.resumed`).
+    private func sendControl(_ type: String, _ data: some Encodable, to session: Session) {
+        guard let bytes = try? encoder.encode(Envelope(type: type, data: jsonValue(data))) else { return }
+        transmit(OutboundFrame(bytes), to: session)
+    }
+
+    private func reply(_ envelope: Envelope, to session: Session) {
+        if let error = envelope.error { metrics.increment("switchboard_errors_total", ["code": error.code.rawValue]) }
+        guard let bytes = try? encoder.encode(envelope) else { return }
+        transmit(OutboundFrame(bytes), to: session)
+    }
+
+    private func transmit(_ frame: OutboundFrame, to session: Session) {
+        guard let connection = session.connection else { return }
+        if transport?.send(frame, to: connection) == true { metrics.increment("switchboard_messages_out_total") }
+    }
+
+    // MARK: Helpers
+
+    private struct RequestData<T: Decodable>: Decodable {
+        var data: T
+    }
+
+    private func decodeData<T: Decodable>(_ bytes: [UInt8]) throws(ErrorBody) -> T {
+        do {
+            return try decoder.decode(RequestData<T>.self, from: Data(bytes)).data
+        } catch {
+            throw ErrorBody(.badRequest, "invalid data: \(Gateway.describe(error))")
+        }
+    }
+
+    private func checkSize(_ value: JSONValue, what: String) throws(ErrorBody) {
+        let size = (try? encoder.encode(value).count) ?? Int.max
+        guard size <= configuration.limits.maxDataBytes else {
+            throw ErrorBody(.payloadTooLarge, "\(what) is \(size) bytes; the limit is \(configuration.limits.maxDataBytes)")
+        }
+    }
+
+    private func jsonValue(_ value: some Encodable) -> JSONValue {
+        (try? encoder.encode(value)).flatMap { try? decoder.decode(JSONValue.self, from: $0) } ?? .null
+    }
+
+    /// Room names: 1 to 128 characters of letters, digits and `-_.:@`.
+    static func validateRoomName(_ name: String) throws(ErrorBody) {
+        let allowed = name.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == 0x2D || byte == 0x5F || byte == 0x2E || byte == 0x3A || byte == 0x40
+        }
+        guard !name.isEmpty, name.utf8.count <= 128, allowed else {
+            throw ErrorBody(.badRequest, "a room name is 1 to 128 letters, digits or -_.:@")
+        }
+    }
+
+    static func isUsableID(_ id: JSONValue) -> Bool {
+        switch id {
+        case .string(let text): !text.isEmpty && text.utf8.count <= 128
+        case .int: true
+        default: false
+        }
+    }
+}

@@ -1,0 +1,93 @@
+import SwitchboardProtocol
+import SwitchboardSystem
+
+/// One client session: a peer id that outlives its connection for the resume grace period.
+final class Session {
+    /// The session id, also the peer id others see in rooms.
+    let peerID: String
+    let app: App
+    /// The claims of the token the session was opened (or last resumed) with.
+    var claims: AccessTokenClaims
+    /// The connection it is attached to; nil while detached (within the grace period).
+    var connection: ConnectionID?
+    /// Lets a new connection take this session over. A secret: never logged.
+    let resumeToken: String
+    /// The `seq` of the last event sent; events count from 1.
+    var lastSequence: UInt64 = 0
+    /// Recent events, kept for replay on resume.
+    var log: EventLog
+    /// Names of the rooms it is in.
+    var rooms: Set<String> = []
+    var graceTimer: TimerID?
+    var rate: TokenBucket
+
+    init(peerID: String, app: App, claims: AccessTokenClaims, resumeToken: String, logCapacity: Int, rate: TokenBucket) {
+        self.peerID = peerID
+        self.app = app
+        self.claims = claims
+        self.resumeToken = resumeToken
+        log = EventLog(capacity: logCapacity)
+        self.rate = rate
+    }
+
+    var identity: String { claims.sub }
+
+    var description: PeerDescription {
+        PeerDescription(peerID: peerID, identity: claims.sub, name: claims.name)
+    }
+}
+
+/// The last events sent on a session, by `seq`, for replay after a reconnect.
+struct EventLog {
+    let capacity: Int
+    private var entries: [(seq: UInt64, frame: OutboundFrame)] = []
+    private var head = 0
+
+    init(capacity: Int) {
+        self.capacity = capacity
+    }
+
+    var count: Int { entries.count - head }
+
+    mutating func append(seq: UInt64, frame: OutboundFrame) {
+        entries.append((seq, frame))
+        if count > capacity { head += 1 }
+        if head > 64 && head * 2 > entries.count {
+            entries.removeFirst(head)
+            head = 0
+        }
+    }
+
+    /// The events after `seq`, or nil when some of them are no longer kept.
+    func events(after seq: UInt64, newest: UInt64) -> [OutboundFrame]? {
+        if seq == newest { return [] }
+        guard seq < newest, let oldest = entries[head...].first?.seq, oldest <= seq + 1 else { return nil }
+        return entries[head...].filter { $0.seq > seq }.map(\.frame)
+    }
+}
+
+/// A token bucket: `rate` per second, up to `burst` at once.
+struct TokenBucket {
+    let rate: Double
+    let burst: Double
+    private var tokens: Double
+    private var updated: ContinuousClock.Instant
+
+    init(rate: Int, burst: Int, now: ContinuousClock.Instant) {
+        self.rate = Double(rate)
+        self.burst = Double(max(burst, 1))
+        tokens = self.burst
+        updated = now
+    }
+
+    /// Takes one token if there is one.
+    mutating func take(now: ContinuousClock.Instant) -> Bool {
+        let elapsed = now - updated
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        tokens = min(burst, tokens + seconds * rate)
+        updated = now
+        guard tokens >= 1 else { return false }
+        tokens -= 1
+        return true
+    }
+}

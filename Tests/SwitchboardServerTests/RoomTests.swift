@@ -1,0 +1,420 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+import Testing
+
+/// A connected peer for room tests.
+struct Peer {
+    let client: TestClient
+    let peerID: String
+    let resumeToken: String
+
+    static func connect(_ server: TestServer, _ identity: String, grants: Grants = Grants(room: "*", roomJoin: true)) async throws -> Peer {
+        let client = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token(identity, grants: grants))
+        let welcome = try await client.nextEnvelope()
+        return Peer(
+            client: client, peerID: try #require(welcome.data?["peer_id"]?.stringValue),
+            resumeToken: try #require(welcome.data?["resume_token"]?.stringValue))
+    }
+
+    @discardableResult
+    func join(_ room: String, metadata: JSONValue? = nil) async throws -> Envelope {
+        try await client.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room, metadata: metadata))
+    }
+
+    /// The next sequenced event.
+    func event(timeout: Duration = .seconds(5)) async throws -> Envelope {
+        let envelope = try await client.nextEnvelope(timeout: timeout)
+        guard envelope.seq != nil else { throw UnexpectedMessage(description: "not an event: \(envelope)") }
+        return envelope
+    }
+}
+
+func basicAuth(_ app: App) -> (String, String) {
+    ("Authorization", "Basic " + Data("\(app.apiKey):\(app.apiSecret)".utf8).base64EncodedString())
+}
+
+@Suite struct RoomTests {
+    @Test func joinListsThePeersAlreadyThereAndTellsThem() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        let first = try await alice.join("lobby", metadata: ["role": "host"])
+        #expect(first.type == MessageType.ok)
+        #expect(first.data?["peers"] == .array([]))
+        #expect(first.data?["peer_id"]?.stringValue == alice.peerID)
+
+        let second = try await bob.join("lobby")
+        let peers = try #require(second.data?["peers"])
+        #expect(peers == .array([["peer_id": .string(alice.peerID), "identity": "alice", "name": "Alice", "metadata": ["role": "host"]]]))
+
+        let joined = try await alice.event()
+        #expect(joined.type == "room.peer_joined")
+        #expect(joined.seq == 1)
+        #expect(joined.data?["peer"]?["peer_id"]?.stringValue == bob.peerID)
+        #expect(joined.data?["peer"]?["identity"] == "bob")
+        try await bob.client.expectSilence()
+    }
+
+    @Test func joiningWithoutAGrantForTheRoomIsForbidden() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let limited = try await Peer.connect(server, "carol", grants: Grants(room: "team-1", roomJoin: true))
+        #expect(try await limited.join("team-1").type == MessageType.ok)
+        #expect(try await limited.join("team-2").error?.code == .forbidden)
+        let prefixed = try await Peer.connect(server, "dave", grants: Grants(room: "team-*", roomJoin: true))
+        #expect(try await prefixed.join("team-2").type == MessageType.ok)
+        #expect(try await prefixed.join("other").error?.code == .forbidden)
+        let noJoin = try await Peer.connect(server, "erin", grants: Grants(room: "team-1"))
+        #expect(try await noJoin.join("team-1").error?.code == .forbidden)
+        #expect(try await noJoin.join("bad name!").error?.code == .badRequest)
+    }
+
+    @Test func aFullRoomRefusesTheNextPeer() async throws {
+        let server = try TestServer { $0.limits.maxRoomParticipants = 2 }
+        defer { server.stop() }
+        let peers = [try await Peer.connect(server, "a"), try await Peer.connect(server, "b"), try await Peer.connect(server, "c")]
+        #expect(try await peers[0].join("small").type == MessageType.ok)
+        #expect(try await peers[1].join("small").type == MessageType.ok)
+        let refused = try await peers[2].join("small")
+        #expect(refused.error?.code == .roomFull)
+        // A peer leaving makes room.
+        _ = try await peers[1].client.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: "small"))
+        #expect(try await peers[2].join("small").type == MessageType.ok)
+    }
+
+    @Test func signalsReachOnePeerInTheRoomAndNothingLeavesIt() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        let carol = try await Peer.connect(server, "carol")
+        try await alice.join("call")
+        try await bob.join("call")
+        try await carol.join("elsewhere")
+        _ = try await alice.event()  // bob joined
+
+        let offer: JSONValue = ["type": "offer", "sdp": "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\n"]
+        let sent = try await alice.client.request(MessageType.signal, encoding: SignalRequest(room: "call", to: bob.peerID, signal: offer))
+        #expect(sent.type == MessageType.ok)
+        let received = try await bob.event()
+        #expect(received.type == "signal")
+        #expect(received.data?["from"]?.stringValue == alice.peerID)
+        #expect(received.data?["room"] == "call")
+        #expect(received.data?["signal"] == offer)
+
+        // To a peer that is not in the room: an error, nothing relayed.
+        let outside = try await alice.client.request(MessageType.signal, encoding: SignalRequest(room: "call", to: carol.peerID, signal: offer))
+        #expect(outside.error?.code == .notFound)
+        // From a peer that is not in the room: an error, nothing relayed.
+        let intruder = try await carol.client.request(MessageType.signal, encoding: SignalRequest(room: "call", to: bob.peerID, signal: offer))
+        #expect(intruder.error?.code == .notInRoom)
+        try await carol.client.expectSilence()
+        try await bob.client.expectSilence()
+    }
+
+    @Test func dataGoesToOnePeerOrToAllOthers() async throws {
+        let server = try TestServer { $0.limits.maxDataBytes = 1024 }
+        defer { server.stop() }
+        let peers = [try await Peer.connect(server, "a"), try await Peer.connect(server, "b"), try await Peer.connect(server, "c")]
+        for peer in peers { try await peer.join("chat") }
+        _ = try await peers[0].event()
+        _ = try await peers[0].event()
+        _ = try await peers[1].event()
+
+        let direct = try await peers[0].client.request(MessageType.data, encoding: DataRequest(room: "chat", to: peers[1].peerID, data: ["text": "hi b"]))
+        #expect(direct.type == MessageType.ok)
+        let toB = try await peers[1].event()
+        #expect(toB.type == "room.data")
+        #expect(toB.data?["data"] == ["text": "hi b"])
+        #expect(toB.data?["from"]?.stringValue == peers[0].peerID)
+        try await peers[2].client.expectSilence()
+
+        _ = try await peers[0].client.request(MessageType.data, encoding: DataRequest(room: "chat", data: ["text": "hi all"]))
+        #expect(try await peers[1].event().data?["data"] == ["text": "hi all"])
+        #expect(try await peers[2].event().data?["data"] == ["text": "hi all"])
+        try await peers[0].client.expectSilence()
+
+        let big = try await peers[0].client.request(
+            MessageType.data, encoding: DataRequest(room: "chat", data: .string(String(repeating: "x", count: 2000))))
+        #expect(big.error?.code == .payloadTooLarge)
+    }
+
+    @Test func leavingTellsTheOthersAndEndsRelay() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        try await alice.join("r")
+        try await bob.join("r")
+        _ = try await alice.event()
+        #expect(try await bob.client.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: "r")).type == MessageType.ok)
+        let left = try await alice.event()
+        #expect(left.type == "room.peer_left")
+        #expect(left.data?["peer_id"]?.stringValue == bob.peerID)
+        #expect(left.data?["reason"] == "left")
+        let late = try await bob.client.request(MessageType.signal, encoding: SignalRequest(room: "r", to: alice.peerID, signal: ["type": "bye"]))
+        #expect(late.error?.code == .notInRoom)
+        #expect(try await bob.client.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: "r")).error?.code == .notInRoom)
+    }
+
+    @Test func aCleanCloseLeavesAtOnce() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        try await alice.join("r")
+        try await bob.join("r")
+        _ = try await alice.event()
+        bob.client.socket.close(code: 1000)
+        let left = try await alice.event(timeout: .seconds(2))
+        #expect(left.data?["reason"] == "left")
+    }
+
+    @Test func resumeWithinGraceKeepsThePeerAndReplaysMissedEventsInOrder() async throws {
+        let server = try TestServer { $0.limits.resumeGraceSeconds = 10 }
+        defer { server.stop() }
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        try await alice.join("r")
+        try await bob.join("r")
+        let bobJoined = try await alice.event()
+        #expect(bobJoined.seq == 1)
+
+        // Bob's connection drops (not a clean close); his session waits for him.
+        bob.client.socket.close(code: 4000, reason: "network lost")
+        _ = try await bob.client.closeCode()
+        try await Task.sleep(for: .milliseconds(100))
+        _ = try await alice.client.request(MessageType.data, encoding: DataRequest(room: "r", to: bob.peerID, data: ["n": 1]))
+        _ = try await alice.client.request(MessageType.data, encoding: DataRequest(room: "r", to: bob.peerID, data: ["n": 2]))
+        let carol = try await Peer.connect(server, "carol")
+        try await carol.join("r")
+        _ = try await alice.event()  // carol joined
+        try await alice.client.expectSilence()  // no peer_left for bob
+
+        let resumed = try await TestClient.connect(
+            server.webSocketURL + "?access_token=\(server.token("bob", grants: Grants(room: "*", roomJoin: true)))"
+                + "&resume_token=\(bob.resumeToken)&last_seq=0")
+        let hello = try await resumed.nextEnvelope()
+        #expect(hello.type == MessageType.sessionResumed)
+        #expect(hello.data?["peer_id"]?.stringValue == bob.peerID)
+        #expect(hello.data?["replay_count"] == 3)
+        let replayed = [try await resumed.nextEnvelope(), try await resumed.nextEnvelope(), try await resumed.nextEnvelope()]
+        #expect(replayed.map(\.seq) == [1, 2, 3])
+        #expect(replayed.map(\.type) == ["room.data", "room.data", "room.peer_joined"])
+        #expect(replayed[0].data?["data"] == ["n": 1])
+        #expect(replayed[1].data?["data"] == ["n": 2])
+
+        // Still in the room under the same peer id: signals reach the new connection.
+        _ = try await alice.client.request(MessageType.signal, encoding: SignalRequest(room: "r", to: bob.peerID, signal: ["type": "bye"]))
+        let next = try await resumed.nextEnvelope()
+        #expect(next.type == "signal")
+        #expect(next.seq == 4)
+        let info = try await resumed.request(MessageType.sessionInfo)
+        #expect(info.data?["peer_id"]?.stringValue == bob.peerID)
+        #expect(info.data?["rooms"] == ["r"])
+    }
+
+    @Test func resumeAfterSomeEventsReplaysOnlyTheMissedOnes() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        try await alice.join("r")
+        try await bob.join("r")
+        _ = try await alice.client.request(MessageType.data, encoding: DataRequest(room: "r", to: bob.peerID, data: 1))
+        #expect(try await bob.event().seq == 1)
+        bob.client.socket.close(code: 4000)
+        _ = try await bob.client.closeCode()
+        try await Task.sleep(for: .milliseconds(100))
+        _ = try await alice.client.request(MessageType.data, encoding: DataRequest(room: "r", to: bob.peerID, data: 2))
+        let resumed = try await TestClient.connect(
+            server.webSocketURL + "?access_token=\(server.token("bob", grants: Grants(room: "*", roomJoin: true)))"
+                + "&resume_token=\(bob.resumeToken)&last_seq=1")
+        #expect(try await resumed.nextEnvelope().data?["replay_count"] == 1)
+        let missed = try await resumed.nextEnvelope()
+        #expect(missed.seq == 2)
+        #expect(missed.data?["data"] == 2)
+    }
+
+    @Test func afterTheGracePeriodOthersHearDisconnectedAndResumeFails() async throws {
+        let server = try TestServer { $0.limits.resumeGraceSeconds = 1 }
+        defer { server.stop() }
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        try await alice.join("r")
+        try await bob.join("r")
+        _ = try await alice.event()
+        bob.client.socket.close(code: 4000)
+        let started = ContinuousClock.now
+        let left = try await alice.event(timeout: .seconds(5))
+        #expect(left.type == "room.peer_left")
+        #expect(left.data?["reason"] == "disconnected")
+        #expect(ContinuousClock.now - started >= .milliseconds(800))
+
+        let late = try await TestClient.connect(
+            server.webSocketURL + "?access_token=\(server.token("bob", grants: Grants(room: "*", roomJoin: true)))"
+                + "&resume_token=\(bob.resumeToken)&last_seq=0")
+        let welcome = try await late.nextEnvelope()
+        #expect(welcome.type == MessageType.sessionWelcome)
+        #expect(welcome.data?["resume_failed"] == true)
+        #expect(welcome.data?["peer_id"]?.stringValue != bob.peerID)
+    }
+
+    @Test func resumeTokenOfSomeoneElseIsNotHonoured() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let bob = try await Peer.connect(server, "bob")
+        bob.client.socket.close(code: 4000)
+        _ = try await bob.client.closeCode()
+        let mallory = try await TestClient.connect(
+            server.webSocketURL + "?access_token=\(server.token("mallory"))&resume_token=\(bob.resumeToken)&last_seq=0")
+        let welcome = try await mallory.nextEnvelope()
+        #expect(welcome.type == MessageType.sessionWelcome)
+        #expect(welcome.data?["peer_id"]?.stringValue != bob.peerID)
+    }
+
+    @Test func anAdminClosesARoomAndItsPeersHear() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        try await alice.join("doomed")
+        try await bob.join("doomed")
+        _ = try await alice.event()
+
+        // A user token without the admin grant may not.
+        let denied = try await HTTPClient.request(
+            "DELETE", server.baseURL + "/v1/rooms/doomed", headers: [("Authorization", "Bearer " + server.token("alice"))])
+        #expect(denied.status == 403)
+
+        let listed = try await HTTPClient.request("GET", server.baseURL + "/v1/rooms", headers: [basicAuth(server.app)])
+        #expect(listed.status == 200)
+        #expect(listed.text.contains("\"doomed\""))
+
+        let deleted = try await HTTPClient.request("DELETE", server.baseURL + "/v1/rooms/doomed", headers: [basicAuth(server.app)])
+        #expect(deleted.status == 204)
+        for peer in [alice, bob] {
+            let closed = try await peer.event()
+            #expect(closed.type == "room.closed")
+            #expect(closed.data?["reason"] == "deleted")
+        }
+        let gone = try await HTTPClient.request("GET", server.baseURL + "/v1/rooms/doomed", headers: [basicAuth(server.app)])
+        #expect(gone.status == 404)
+        let info = try await alice.client.request(MessageType.sessionInfo)
+        #expect(info.data?["rooms"] == .array([]))
+    }
+
+    @Test func serverDataAndKickFromTheRESTAPI() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        try await alice.join("r")
+        try await bob.join("r")
+        _ = try await alice.event()
+
+        let admin = ("Authorization", "Bearer " + server.token("ops", grants: Grants(admin: true)))
+        let sent = try await HTTPClient.request(
+            "POST", server.baseURL + "/v1/rooms/r/data", headers: [admin], body: Array(#"{"data":{"notice":"recording"}}"#.utf8))
+        #expect(sent.status == 204)
+        for peer in [alice, bob] {
+            let event = try await peer.event()
+            #expect(event.type == "room.data")
+            #expect(event.data?["from"] == .null)
+            #expect(event.data?["data"] == ["notice": "recording"])
+        }
+
+        let kicked = try await HTTPClient.request("DELETE", server.baseURL + "/v1/rooms/r/peers/\(bob.peerID)", headers: [admin])
+        #expect(kicked.status == 204)
+        let closed = try await bob.event()
+        #expect(closed.type == "room.closed")
+        #expect(closed.data?["reason"] == "kicked")
+        let left = try await alice.event()
+        #expect(left.data?["reason"] == "kicked")
+    }
+
+    @Test func roomsCreatedByRESTHaveUniqueNamesAndCloseWhenEmpty() async throws {
+        let server = try TestServer { $0.limits.emptyRoomTimeoutSeconds = 1 }
+        defer { server.stop() }
+        var names: Set<String> = []
+        for _ in 0..<5 {
+            let created = try await HTTPClient.request("POST", server.baseURL + "/v1/rooms", headers: [basicAuth(server.app)], body: [])
+            #expect(created.status == 201)
+            let room = try JSONDecoder().decode(RoomInfo.self, from: Data(created.body))
+            #expect(room.maxParticipants == 8)
+            names.insert(room.name)
+        }
+        #expect(names.count == 5)
+
+        // A user token with a prefix grant gets a name under its prefix.
+        let user = try await HTTPClient.request(
+            "POST", server.baseURL + "/v1/rooms",
+            headers: [("Authorization", "Bearer " + server.token("u", grants: Grants(room: "team-*", roomJoin: true)))],
+            body: Array(#"{"max_participants":4}"#.utf8))
+        #expect(user.status == 201)
+        let userRoom = try JSONDecoder().decode(RoomInfo.self, from: Data(user.body))
+        #expect(userRoom.name.hasPrefix("team-"))
+        #expect(userRoom.maxParticipants == 4)
+        let exact = try await HTTPClient.request(
+            "POST", server.baseURL + "/v1/rooms",
+            headers: [("Authorization", "Bearer " + server.token("u", grants: Grants(room: "one", roomJoin: true)))], body: [])
+        #expect(exact.status == 403)
+
+        // A joined-then-left room closes after the timeout too.
+        let alice = try await Peer.connect(server, "alice")
+        try await alice.join(userRoom.name)
+        try await Task.sleep(for: .seconds(1.5))
+        let stillThere = try await HTTPClient.request("GET", server.baseURL + "/v1/rooms/\(userRoom.name)", headers: [basicAuth(server.app)])
+        #expect(stillThere.status == 200, "a room with a peer in it stays")
+        _ = try await alice.client.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: userRoom.name))
+        let created = names
+        try await within(.seconds(5), "the empty room to close") {
+            while true {
+                let listed = try await HTTPClient.request("GET", server.baseURL + "/v1/rooms", headers: [basicAuth(server.app)])
+                if !listed.text.contains(userRoom.name) && !created.contains(where: { listed.text.contains($0) }) { return }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+    }
+
+    @Test func turnCredentialsFollowCoturnsRESTScheme() async throws {
+        let server = try TestServer {
+            $0.turnURLs = ["turn:127.0.0.1:3478?transport=udp"]
+            $0.stunURLs = ["stun:127.0.0.1:3478"]
+            $0.turnSecret = "coturn-shared-secret"
+            $0.turnTTLSeconds = 600
+        }
+        defer { server.stop() }
+        let response = try await HTTPClient.request(
+            "GET", server.baseURL + "/v1/turn", headers: [("Authorization", "Bearer " + server.token("alice"))])
+        #expect(response.status == 200)
+        let credentials = try JSONDecoder().decode(TurnCredentials.self, from: Data(response.body))
+        #expect(credentials.ttl == 600)
+        let turn = try #require(credentials.iceServers.first { $0.username != nil })
+        let username = try #require(turn.username)
+        #expect(username == "\(credentials.expiresAt):alice")
+        let expected = Data(Crypto.hmac(.sha1, key: Array("coturn-shared-secret".utf8), message: Array(username.utf8))).base64EncodedString()
+        #expect(turn.credential == expected)
+        #expect(abs(credentials.expiresAt - Int64(Date().timeIntervalSince1970) - 600) <= 2)
+        #expect(!response.text.contains("coturn-shared-secret"))
+        let anonymous = try await HTTPClient.request("GET", server.baseURL + "/v1/turn")
+        #expect(anonymous.status == 401)
+    }
+
+    @Test func messagesOverTheRateGetRateLimited() async throws {
+        let server = try TestServer {
+            $0.limits.messagesPerSecond = 5
+            $0.limits.messageBurst = 5
+        }
+        defer { server.stop() }
+        let alice = try await Peer.connect(server, "alice")
+        for index in 0..<20 { alice.client.sendRaw(#"{"type":"ping","id":\#(index)}"#) }
+        var codes: [String] = []
+        for _ in 0..<20 { codes.append(try await alice.client.nextEnvelope().error?.code.rawValue ?? "ok") }
+        #expect(codes.filter { $0 == "ok" }.count >= 5)
+        #expect(codes.filter { $0 == "rate_limited" }.count >= 10)
+    }
+}
