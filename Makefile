@@ -6,17 +6,17 @@ HOST ?= 127.0.0.1
 SWIFT ?= swift
 VENV := .build/venv
 
-.PHONY: run test build deps test-deps autobahn clean
+.PHONY: run test build deps test-deps autobahn interop clean
 
 run: deps
 	$(SWIFT) build -c release --product switchboard
-	mkdir -p data
-	.build/release/switchboard serve --host $(HOST) --port $(PORT) --data-dir ./data --web-root ./web
+	HOST=$(HOST) PORT=$(PORT) scripts/run.sh .build/release/switchboard
 
 test: test-deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
 	scripts/autobahn.sh .build/debug/switchboard $(VENV)
+	scripts/interop.sh .build/debug/switchboard $(VENV)
 
 build: deps
 	$(SWIFT) build
@@ -31,6 +31,10 @@ test-deps:
 autobahn: test-deps
 	$(SWIFT) build --product switchboard
 	scripts/autobahn.sh .build/debug/switchboard $(VENV)
+
+interop: test-deps
+	$(SWIFT) build --product switchboard
+	scripts/interop.sh .build/debug/switchboard $(VENV)
 
 clean:
 	rm -rf .build

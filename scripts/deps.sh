@@ -6,8 +6,12 @@
 set -euo pipefail
 
 runtime=(pkg-config libwebsockets-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev)
+# Real peers for the tests: coturn, Chromium and its driver, and the tools to isolate them.
+testing=(coturn chromium chromium-driver iproute2 util-linux)
+
 wanted=("${runtime[@]}")
 if [ "${1:-run}" = "test" ]; then
+  wanted+=("${testing[@]}")
   # A Python that can make virtualenvs (for the PyPI test tools).
   if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     wanted+=(python3 python3-venv)

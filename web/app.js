@@ -1,19 +1,35 @@
-// Switchboard web client. Plain JavaScript on the documented protocol (docs/protocol.md).
+// Switchboard web client: rooms and WebRTC mesh calls in plain JavaScript, on the documented
+// protocol (docs/protocol.md). No build step.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-let socket = null;
-let nextRequestID = 1;
+
+const state = {
+  token: null,
+  socket: null,
+  peerID: null,
+  resumeToken: null,
+  lastSeq: 0,
+  room: null,
+  iceServers: [],
+  localStream: null,
+  peers: new Map(), // peer id -> { pc, name, tile, pendingCandidates, remoteSet }
+  nextRequestID: 1,
+  pending: new Map(), // request id -> { resolve, reject }
+  leaving: false,
+  reconnectAttempts: 0,
+};
+
+// ---------- small helpers ----------
 
 function setStatus(element, text, kind) {
   element.textContent = text;
   element.className = "status" + (kind ? " " + kind : "");
 }
 
-function logLine(direction, text) {
+function log(text) {
   const item = document.createElement("li");
-  item.className = direction;
-  item.textContent = text;
+  item.textContent = `${new Date().toLocaleTimeString()} ${text}`;
   $("log").appendChild(item);
   item.scrollIntoView({ block: "nearest" });
 }
@@ -28,47 +44,328 @@ async function checkHealth() {
   }
 }
 
-function send(type, data) {
-  const message = { type, id: nextRequestID++ };
+async function api(method, path, body) {
+  const headers = { "Content-Type": "application/json" };
+  if (state.token) headers.Authorization = "Bearer " + state.token;
+  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await response.text();
+  const json = text ? JSON.parse(text) : null;
+  if (!response.ok) throw new Error(json && json.error ? `${json.error.code}: ${json.error.message}` : response.statusText);
+  return json;
+}
+
+// ---------- tokens ----------
+
+async function obtainToken(name) {
+  const pasted = $("token").value.trim();
+  if (pasted) return pasted;
+  const identity = name.toLowerCase().replace(/[^a-z0-9]+/g, "-") + "-" + Math.random().toString(36).slice(2, 8);
+  const issued = await api("POST", "/v1/dev/tokens", { identity, name });
+  return issued.token;
+}
+
+// ---------- signaling ----------
+
+function request(type, data) {
+  const id = state.nextRequestID++;
+  const message = { type, id };
   if (data !== undefined) message.data = data;
-  const text = JSON.stringify(message);
-  socket.send(text);
-  logLine("out", text);
+  return new Promise((resolve, reject) => {
+    state.pending.set(id, { resolve, reject });
+    state.socket.send(JSON.stringify(message));
+  });
 }
 
-function setConnected(connected) {
-  $("connect-button").disabled = connected;
-  $("ping-button").disabled = !connected;
-  $("disconnect-button").disabled = !connected;
-}
-
-function connect(token) {
+function openSocket(resume) {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const url = `${scheme}//${location.host}/v1/ws?access_token=${encodeURIComponent(token)}`;
-  socket = new WebSocket(url);
-  setStatus($("session"), "connecting…");
-  socket.onopen = () => setConnected(true);
-  socket.onmessage = (event) => {
-    logLine("in", event.data);
-    const message = JSON.parse(event.data);
-    if (message.type === "session.welcome") {
-      setStatus($("session"), `connected as ${message.data.identity} (session ${message.data.session_id})`, "ok");
-    }
-  };
-  socket.onclose = (event) => {
-    setConnected(false);
-    const reason = event.code === 1006 ? "refused or lost (check the token)" : `closed (${event.code})`;
-    setStatus($("session"), reason, event.code === 1000 ? "" : "bad");
-    socket = null;
-  };
+  let url = `${scheme}//${location.host}/v1/ws?access_token=${encodeURIComponent(state.token)}`;
+  if (resume) url += `&resume_token=${encodeURIComponent(state.resumeToken)}&last_seq=${state.lastSeq}`;
+  const socket = new WebSocket(url);
+  state.socket = socket;
+  return new Promise((resolve, reject) => {
+    let opened = false;
+    socket.onmessage = (event) => {
+      const message = JSON.parse(event.data);
+      if (message.type === "session.welcome") {
+        opened = true;
+        state.peerID = message.data.peer_id;
+        state.resumeToken = message.data.resume_token;
+        state.lastSeq = 0;
+        resolve({ resumed: false, failed: message.data.resume_failed });
+        return;
+      }
+      if (message.type === "session.resumed") {
+        opened = true;
+        resolve({ resumed: true });
+        return;
+      }
+      handleMessage(message);
+    };
+    socket.onclose = (event) => {
+      for (const { reject: fail } of state.pending.values()) fail(new Error("connection closed"));
+      state.pending.clear();
+      if (!opened) reject(new Error(event.code === 1006 ? "refused or unreachable" : `closed (${event.code})`));
+      else connectionLost(event);
+    };
+  });
 }
 
-$("connect").addEventListener("submit", (event) => {
-  event.preventDefault();
-  const token = $("token").value.trim();
-  if (token) connect(token);
-});
-$("ping-button").addEventListener("click", () => send("ping"));
-$("disconnect-button").addEventListener("click", () => socket && socket.close(1000));
+function handleMessage(message) {
+  if (message.type === "ok" || message.type === "error") {
+    const waiter = state.pending.get(message.id);
+    if (!waiter) return;
+    state.pending.delete(message.id);
+    if (message.type === "ok") waiter.resolve(message.data || {});
+    else waiter.reject(new Error(`${message.error.code}: ${message.error.message}`));
+    return;
+  }
+  if (message.seq !== undefined) state.lastSeq = message.seq;
+  const data = message.data || {};
+  switch (message.type) {
+    case "room.peer_joined":
+      log(`${data.peer.name || data.peer.identity} joined`);
+      // The newcomer calls: wait for its offer.
+      ensurePeer(data.peer.peer_id, data.peer.name || data.peer.identity);
+      break;
+    case "room.peer_left":
+      log(`${describePeer(data.peer_id)} left (${data.reason})`);
+      removePeer(data.peer_id);
+      break;
+    case "room.closed":
+      log(`room closed (${data.reason})`);
+      leaveRoom(false);
+      break;
+    case "room.data":
+      log(`data from ${data.from ? describePeer(data.from) : "the server"}: ${JSON.stringify(data.data)}`);
+      break;
+    case "room.metadata":
+      log(`room metadata: ${JSON.stringify(data.metadata)}`);
+      break;
+    case "signal":
+      handleSignal(data.from, data.signal).catch((error) => log(`signal error: ${error.message}`));
+      break;
+    default:
+      log(`event ${message.type}`);
+  }
+}
 
+async function connectionLost(event) {
+  if (state.leaving || !state.room) {
+    setStatus($("session"), `disconnected (${event.code})`);
+    return;
+  }
+  // Resume: same peer id, the events we missed are replayed.
+  const delay = Math.min(5000, 250 * 2 ** state.reconnectAttempts++);
+  setStatus($("session"), `connection lost, reconnecting in ${delay} ms…`, "bad");
+  await new Promise((resolve) => setTimeout(resolve, delay));
+  try {
+    const result = await openSocket(true);
+    state.reconnectAttempts = 0;
+    if (result.resumed) {
+      setStatus($("session"), `reconnected as ${state.peerID}`, "ok");
+    } else {
+      log("session could not be resumed; joining again");
+      for (const peerID of [...state.peers.keys()]) removePeer(peerID);
+      await joinRoom(state.room);
+    }
+  } catch (error) {
+    connectionLost({ code: 1006 });
+  }
+}
+
+// ---------- WebRTC ----------
+
+function describePeer(peerID) {
+  const peer = state.peers.get(peerID);
+  return peer ? peer.name : peerID;
+}
+
+function ensurePeer(peerID, name) {
+  let peer = state.peers.get(peerID);
+  if (peer) return peer;
+  const pc = new RTCPeerConnection({ iceServers: state.iceServers });
+  const tile = document.createElement("article");
+  tile.className = "peer";
+  tile.dataset.peerId = peerID;
+  tile.innerHTML = `<video autoplay playsinline></video><h3></h3><p class="state">connecting…</p>`;
+  tile.querySelector("h3").textContent = name;
+  $("peers").appendChild(tile);
+  peer = { pc, name, tile, pendingCandidates: [], remoteSet: false };
+  state.peers.set(peerID, peer);
+
+  for (const track of state.localStream.getTracks()) pc.addTrack(track, state.localStream);
+  pc.onicecandidate = (event) => {
+    const candidate = event.candidate
+      ? { type: "candidate", candidate: event.candidate.candidate, sdpMid: event.candidate.sdpMid, sdpMLineIndex: event.candidate.sdpMLineIndex }
+      : { type: "candidate", candidate: null };
+    sendSignal(peerID, candidate);
+  };
+  pc.ontrack = (event) => {
+    const video = tile.querySelector("video");
+    if (video.srcObject !== event.streams[0]) video.srcObject = event.streams[0];
+  };
+  pc.onconnectionstatechange = () => {
+    tile.querySelector(".state").textContent = pc.connectionState;
+    tile.classList.toggle("connected", pc.connectionState === "connected");
+    log(`${name}: ${pc.connectionState}`);
+  };
+  return peer;
+}
+
+function sendSignal(peerID, signal) {
+  if (!state.room || !state.socket || state.socket.readyState !== WebSocket.OPEN) return;
+  request("signal", { room: state.room, to: peerID, signal }).catch((error) => log(`signal to ${describePeer(peerID)} failed: ${error.message}`));
+}
+
+async function call(peerID, name) {
+  const peer = ensurePeer(peerID, name);
+  await peer.pc.setLocalDescription(await peer.pc.createOffer());
+  sendSignal(peerID, { type: "offer", sdp: peer.pc.localDescription.sdp });
+}
+
+async function handleSignal(from, signal) {
+  if (!signal || !signal.type) return;
+  if (signal.type === "bye") {
+    removePeer(from);
+    return;
+  }
+  const peer = state.peers.get(from) || ensurePeer(from, from);
+  const pc = peer.pc;
+  if (signal.type === "offer") {
+    await pc.setRemoteDescription({ type: "offer", sdp: signal.sdp });
+    await flushCandidates(peer);
+    await pc.setLocalDescription(await pc.createAnswer());
+    sendSignal(from, { type: "answer", sdp: pc.localDescription.sdp });
+  } else if (signal.type === "answer") {
+    await pc.setRemoteDescription({ type: "answer", sdp: signal.sdp });
+    await flushCandidates(peer);
+  } else if (signal.type === "candidate") {
+    const candidate = signal.candidate === null ? null : { candidate: signal.candidate, sdpMid: signal.sdpMid, sdpMLineIndex: signal.sdpMLineIndex };
+    if (!peer.remoteSet) peer.pendingCandidates.push(candidate);
+    else if (candidate) await pc.addIceCandidate(candidate);
+  }
+}
+
+async function flushCandidates(peer) {
+  peer.remoteSet = true;
+  for (const candidate of peer.pendingCandidates.splice(0)) {
+    if (candidate) await peer.pc.addIceCandidate(candidate);
+  }
+}
+
+function removePeer(peerID) {
+  const peer = state.peers.get(peerID);
+  if (!peer) return;
+  peer.pc.close();
+  peer.tile.remove();
+  state.peers.delete(peerID);
+}
+
+// ---------- room ----------
+
+async function joinRoom(room) {
+  const joined = await request("room.join", { room, metadata: { camera: $("camera").checked } });
+  state.room = room;
+  state.iceServers = joined.ice_servers || [];
+  $("room-name").textContent = room;
+  log(`joined ${room} as ${state.peerID}; ${joined.peers.length} already here`);
+  // The newcomer calls everyone already in the room.
+  for (const peer of joined.peers) {
+    call(peer.peer_id, peer.name || peer.identity).catch((error) => log(`call failed: ${error.message}`));
+  }
+}
+
+async function join(event) {
+  event.preventDefault();
+  const name = $("name").value.trim();
+  const room = $("room").value.trim();
+  if (!name || !room) return;
+  $("join-button").disabled = true;
+  state.leaving = false;
+  try {
+    state.localStream = await navigator.mediaDevices.getUserMedia({ audio: true, video: $("camera").checked });
+    $("local-video").srcObject = state.localStream;
+    $("me-name").textContent = `${name} (you)`;
+    state.token = await obtainToken(name);
+    setStatus($("session"), "connecting…");
+    await openSocket(false);
+    await joinRoom(room);
+    setStatus($("session"), `connected as ${state.peerID}`, "ok");
+    $("join-panel").hidden = true;
+    $("room-panel").hidden = false;
+  } catch (error) {
+    setStatus($("session"), error.message, "bad");
+    stopLocalMedia();
+  } finally {
+    $("join-button").disabled = false;
+  }
+}
+
+async function createRoom() {
+  const name = $("name").value.trim() || "guest";
+  try {
+    state.token = state.token || (await obtainToken(name));
+    const room = await api("POST", "/v1/rooms", {});
+    $("room").value = room.name;
+    log(`created room ${room.name}`);
+  } catch (error) {
+    setStatus($("session"), `could not create a room: ${error.message}`, "bad");
+  }
+}
+
+function stopLocalMedia() {
+  if (state.localStream) state.localStream.getTracks().forEach((track) => track.stop());
+  state.localStream = null;
+}
+
+function leaveRoom(tellServer) {
+  state.leaving = true;
+  for (const peerID of [...state.peers.keys()]) removePeer(peerID);
+  if (tellServer && state.room && state.socket && state.socket.readyState === WebSocket.OPEN) {
+    request("room.leave", { room: state.room }).catch(() => {});
+  }
+  if (state.socket) state.socket.close(1000);
+  state.room = null;
+  stopLocalMedia();
+  $("room-panel").hidden = true;
+  $("join-panel").hidden = false;
+  setStatus($("session"), "left the room");
+}
+
+function toggleMute() {
+  if (!state.localStream) return;
+  const track = state.localStream.getAudioTracks()[0];
+  if (!track) return;
+  track.enabled = !track.enabled;
+  $("mute-button").textContent = track.enabled ? "Mute" : "Unmute";
+  $("me-state").textContent = track.enabled ? "microphone on" : "muted";
+}
+
+// ---------- what tests and curious people can read ----------
+
+window.switchboard = {
+  get peerID() { return state.peerID; },
+  get room() { return state.room; },
+  connectionStates() {
+    return [...state.peers.values()].map((peer) => peer.pc.connectionState);
+  },
+  async inboundAudioPackets() {
+    let total = 0;
+    for (const peer of state.peers.values()) {
+      const stats = await peer.pc.getStats();
+      stats.forEach((report) => {
+        if (report.type === "inbound-rtp" && report.kind === "audio") total += report.packetsReceived || 0;
+      });
+    }
+    return total;
+  },
+};
+
+$("join-form").addEventListener("submit", join);
+$("create-button").addEventListener("click", createRoom);
+$("leave-button").addEventListener("click", () => leaveRoom(true));
+$("mute-button").addEventListener("click", toggleMute);
+const params = new URLSearchParams(location.search);
+if (params.get("room")) $("room").value = params.get("room");
+if (params.get("name")) $("name").value = params.get("name");
 checkHealth();

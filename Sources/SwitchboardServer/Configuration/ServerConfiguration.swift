@@ -156,7 +156,7 @@ public struct ServerConfiguration: Sendable {
         Setting(name: "turn_secret", summary: "coturn's static-auth-secret for TURN credentials (never logged).") { config, text in
             config.turnSecret = text.isEmpty ? nil : text
         },
-        int("turn_ttl_seconds", "Lifetime of TURN credentials.", 60...(7 * 86400), \.turnTTLSeconds),
+        int("turn_ttl_seconds", "Lifetime of TURN credentials.", 1...(7 * 86400), \.turnTTLSeconds),
     ]
 
     private static func list(_ text: String) -> [String] {
