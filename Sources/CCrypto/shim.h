@@ -10,3 +10,6 @@
 #include <openssl/err.h>
 #include <openssl/x509.h>
 #include <openssl/pkcs12.h>
+#include <openssl/x509v3.h>
+#include <openssl/objects.h>
+#include <openssl/obj_mac.h>

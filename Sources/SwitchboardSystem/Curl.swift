@@ -3,6 +3,7 @@
 import CCurl
 import CShims
 import Foundation
+import Synchronization
 
 /// A response read by `HTTPClient`.
 public struct HTTPClientResponse: Sendable {
@@ -22,7 +23,7 @@ public enum HTTPClient {
         var headers: [String: String] = [:]
     }
 
-    private static let globalInit: Void = {
+    static let globalInitOnce: Void = {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
     }()
 
@@ -31,7 +32,7 @@ public enum HTTPClient {
         _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
         timeout: Duration = .seconds(10)
     ) throws -> HTTPClientResponse {
-        _ = globalInit
+        _ = globalInitOnce
         guard let easy = curl_easy_init() else { throw SystemError.http("curl_easy_init failed") }
         defer { curl_easy_cleanup(easy) }
 
@@ -100,6 +101,258 @@ public enum HTTPClient {
             DispatchQueue.global().async {
                 continuation.resume(with: Result { try perform(method, url, headers: headers, body: body, timeout: timeout) })
             }
+        }
+    }
+}
+
+// MARK: - HTTP/2 client on the multi interface
+
+/// A request for `HTTP2Client`.
+public struct HTTP2Request: Sendable {
+    public var method: String
+    public var url: String
+    public var headers: [(String, String)]
+    public var body: [UInt8]
+    public var timeout: Duration
+
+    public init(method: String = "POST", url: String, headers: [(String, String)] = [], body: [UInt8] = [], timeout: Duration = .seconds(10)) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.timeout = timeout
+    }
+}
+
+/// A transfer that failed below HTTP: no response was read.
+public struct HTTP2TransportError: Error, Sendable, CustomStringConvertible {
+    /// libcurl's result code.
+    public var code: Int32
+    public var message: String
+    /// True when the request certainly never reached the server (no connection could be made),
+    /// so sending it again cannot deliver it twice.
+    public var notSent: Bool
+
+    public var description: String { "\(message) (curl \(code))" }
+}
+
+/// Many concurrent requests multiplexed over few long-lived HTTP/2 connections (libcurl's multi
+/// interface with nghttp2), serviced by a thread of its own.
+///
+/// Requests wait for a free stream on an open connection rather than opening new connections,
+/// up to `maxConnections`; each connection carries at most the server's
+/// SETTINGS_MAX_CONCURRENT_STREAMS (and `maxConcurrentStreams`) at once. Requests the server
+/// refused unprocessed (REFUSED_STREAM, or above a GOAWAY's last stream id) are retried by
+/// libcurl on a new connection.
+public final class HTTP2Client: @unchecked Sendable {
+    // Safety: `multi` is touched only on the client's thread; `queue` and `stopping` are guarded.
+
+    public struct Options: Sendable {
+        /// Connections per host (the pool).
+        public var maxConnections = 1
+        public var maxConcurrentStreams = 1000
+        public var connectTimeout: Duration = .seconds(10)
+        /// PEM file of certificate authorities to trust instead of the system's (a sandbox's
+        /// self-signed certificate).
+        public var caFile: String?
+        /// A client certificate (PEM or P12) for certificate-based authentication.
+        public var clientCertificate: String?
+        public var clientCertificateType = "PEM"
+        public var clientKey: String?
+        public var clientCertificatePassword: String?
+        /// HTTP/2 over cleartext without an upgrade (h2c with prior knowledge), for test servers.
+        public var cleartext = false
+
+        public init() {}
+    }
+
+    private final class Transfer {
+        let request: HTTP2Request
+        let continuation: CheckedContinuation<HTTPClientResponse, any Error>
+        var body: [UInt8] = []
+        var headers: [String: String] = [:]
+        var headerList: UnsafeMutablePointer<curl_slist>?
+        let payload: UnsafeMutableBufferPointer<UInt8>
+
+        init(request: HTTP2Request, continuation: CheckedContinuation<HTTPClientResponse, any Error>) {
+            self.request = request
+            self.continuation = continuation
+            payload = .allocate(capacity: max(request.body.count, 1))
+            _ = payload.initialize(from: request.body)
+        }
+
+        deinit {
+            curl_slist_free_all(headerList)
+            payload.deallocate()
+        }
+    }
+
+    public let options: Options
+    private let multi: UnsafeMutableRawPointer
+    private let queue = Mutex<[Transfer]>([])
+    private let stopping = Atomic<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+    private let connects = Atomic<Int>(0)
+    private let active = Atomic<Int>(0)
+
+    public init(options: Options = Options()) {
+        _ = HTTPClient.globalInitOnce
+        self.options = options
+        multi = curl_multi_init()
+        _ = sb_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX)
+        _ = sb_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, options.maxConnections)
+        _ = sb_curl_multi_setopt_long(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, options.maxConnections)
+        _ = sb_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, options.maxConcurrentStreams)
+        let thread = Thread { [self] in run() }
+        thread.name = "switchboard-http2"
+        thread.start()
+    }
+
+    /// Connections opened so far (a new one after each GOAWAY or drop).
+    public var connectionsOpened: Int { connects.load(ordering: .relaxed) }
+
+    /// Requests in flight.
+    public var inFlight: Int { active.load(ordering: .relaxed) }
+
+    /// Sends `request` and waits for the whole response.
+    public func send(_ request: HTTP2Request) async throws -> HTTPClientResponse {
+        try await withCheckedThrowingContinuation { continuation in
+            guard !stopping.load(ordering: .acquiring) else {
+                continuation.resume(throwing: HTTP2TransportError(code: -1, message: "client is shut down", notSent: true))
+                return
+            }
+            queue.withLock { $0.append(Transfer(request: request, continuation: continuation)) }
+            curl_multi_wakeup(multi)
+        }
+    }
+
+    /// Fails queued and in-flight requests, closes the connections and stops the thread.
+    public func shutdown() {
+        guard !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        curl_multi_wakeup(multi)
+        finished.wait()
+    }
+
+    deinit {
+        shutdown()
+        curl_multi_cleanup(multi)
+    }
+
+    private func run() {
+        var running: Int32 = 0
+        while !stopping.load(ordering: .acquiring) {
+            for transfer in queue.withLock({ queue -> [Transfer] in
+                let taken = queue
+                queue.removeAll()
+                return taken
+            }) {
+                start(transfer)
+            }
+            curl_multi_perform(multi, &running)
+            collectFinished()
+            curl_multi_poll(multi, nil, 0, 1000, nil)
+        }
+        // Fail everything still waiting.
+        let error = HTTP2TransportError(code: -1, message: "client is shut down", notSent: false)
+        for transfer in queue.withLock({ $0 }) { transfer.continuation.resume(throwing: error) }
+        var remaining: Int32 = 0
+        while let message = curl_multi_info_read(multi, &remaining) {
+            _ = message
+        }
+        for easy in handles {
+            finish(easy, result: CURLE_ABORTED_BY_CALLBACK, error: error)
+        }
+        finished.signal()
+    }
+
+    private var handles: Set<UnsafeMutableRawPointer> = []
+
+    private func start(_ transfer: Transfer) {
+        guard let easy = curl_easy_init() else {
+            transfer.continuation.resume(throwing: HTTP2TransportError(code: -1, message: "curl_easy_init failed", notSent: true))
+            return
+        }
+        let request = transfer.request
+        for (name, value) in request.headers {
+            transfer.headerList = curl_slist_append(transfer.headerList, "\(name): \(value)")
+        }
+        transfer.headerList = curl_slist_append(transfer.headerList, "Expect:")
+        _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_URL, request.url)
+        _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_CUSTOMREQUEST, request.method)
+        _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, transfer.headerList)
+        _ = sb_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION,
+            options.cleartext ? Int(CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE) : Int(CURL_HTTP_VERSION_2TLS))
+        _ = sb_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
+        _ = sb_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        _ = sb_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(request.timeout.components.seconds * 1000 + request.timeout.components.attoseconds / 1_000_000_000_000_000))
+        _ = sb_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(options.connectTimeout.components.seconds * 1000))
+        if let caFile = options.caFile { _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_CAINFO, caFile) }
+        if let certificate = options.clientCertificate {
+            _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_SSLCERT, certificate)
+            _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_SSLCERTTYPE, options.clientCertificateType)
+            if let key = options.clientKey { _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_SSLKEY, key) }
+            if let password = options.clientCertificatePassword { _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_KEYPASSWD, password) }
+        }
+        if request.method != "GET" {
+            _ = sb_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, request.body.count)
+            _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_POSTFIELDS, transfer.payload.baseAddress)
+        }
+        let opaque = Unmanaged.passRetained(transfer).toOpaque()
+        _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_PRIVATE, opaque)
+        _ = sb_curl_easy_setopt_write_function(easy, { pointer, size, count, user in
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            if let pointer { transfer.body.append(contentsOf: UnsafeRawBufferPointer(start: pointer, count: size * count)) }
+            return size * count
+        })
+        _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, opaque)
+        _ = sb_curl_easy_setopt_header_function(easy, { pointer, size, count, user in
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            if let pointer {
+                let line = String(decoding: UnsafeRawBufferPointer(start: pointer, count: size * count), as: UTF8.self)
+                if line.hasPrefix("HTTP/") { transfer.headers.removeAll() }
+                if let colon = line.firstIndex(of: ":") {
+                    transfer.headers[line[..<colon].lowercased()] =
+                        line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+                }
+            }
+            return size * count
+        })
+        _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, opaque)
+        handles.insert(easy)
+        active.add(1, ordering: .relaxed)
+        curl_multi_add_handle(multi, easy)
+    }
+
+    private func collectFinished() {
+        var remaining: Int32 = 0
+        while let message = curl_multi_info_read(multi, &remaining) {
+            guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
+            finish(easy, result: message.pointee.data.result, error: nil)
+        }
+    }
+
+    private func finish(_ easy: UnsafeMutableRawPointer, result: CURLcode, error: HTTP2TransportError?) {
+        handles.remove(easy)
+        active.subtract(1, ordering: .relaxed)
+        var privatePointer: UnsafeMutableRawPointer?
+        _ = sb_curl_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &privatePointer)
+        var newConnections = 0
+        _ = sb_curl_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &newConnections)
+        connects.add(newConnections, ordering: .relaxed)
+        var status = 0
+        _ = sb_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+        curl_multi_remove_handle(multi, easy)
+        curl_easy_cleanup(easy)
+        guard let privatePointer else { return }
+        let transfer = Unmanaged<Transfer>.fromOpaque(privatePointer).takeRetainedValue()
+        if let error {
+            transfer.continuation.resume(throwing: error)
+        } else if result == CURLE_OK {
+            transfer.continuation.resume(returning: HTTPClientResponse(status: status, headers: transfer.headers, body: transfer.body))
+        } else {
+            let notSent = result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST
+            transfer.continuation.resume(throwing: HTTP2TransportError(
+                code: Int32(result.rawValue), message: String(cString: curl_easy_strerror(result)), notSent: notSent))
         }
     }
 }

@@ -25,6 +25,7 @@ public final class EventLoop: @unchecked Sendable {
     private let protocols: UnsafeMutablePointer<lws_protocols>
     private let protocolNames: [UnsafeMutablePointer<CChar>]
     private let hostName: UnsafeMutablePointer<CChar>?
+    private var ownedStrings: [UnsafeMutablePointer<CChar>] = []
     private let retryPolicy: UnsafeMutablePointer<lws_retry_bo_t>
     private let timerSlot: UnsafeMutableRawPointer
     private var timers = TimerHeap()
@@ -76,6 +77,18 @@ public final class EventLoop: @unchecked Sendable {
             retryPolicy.pointee.secs_since_valid_hangup = UInt16(clamping: listen.idleTimeoutSeconds)
             info.retry_and_idle_policy = UnsafePointer(retryPolicy)
             info.timeout_secs = UInt32(clamping: listen.httpTimeoutSeconds)
+            if let certificate = listen.tlsCertificatePath, let key = listen.tlsPrivateKeyPath {
+                let cert = strdup(certificate)!, privateKey = strdup(key)!, alpn = strdup("h2,http/1.1")!
+                ownedStrings += [cert, privateKey, alpn]
+                info.options |= sb_lws_option_do_ssl_global_init
+                info.ssl_cert_filepath = UnsafePointer(cert)
+                info.ssl_private_key_filepath = UnsafePointer(privateKey)
+                info.alpn = UnsafePointer(alpn)
+            }
+            if listen.http2MaxConcurrentStreams > 0 {
+                info.http2_settings.0 = 1
+                info.http2_settings.3 = listen.http2MaxConcurrentStreams
+            }
         } else {
             info.port = sb_lws_context_port_no_listen
             retryPolicy.pointee.secs_since_valid_ping = 3600
@@ -108,6 +121,7 @@ public final class EventLoop: @unchecked Sendable {
         protocols.deallocate()
         protocolNames.forEach { free($0) }
         if let hostName { free(hostName) }
+        ownedStrings.forEach { free($0) }
         retryPolicy.deallocate()
         timerSlot.deallocate()
     }
@@ -439,6 +453,12 @@ public final class HTTPServer: @unchecked Sendable {
         public var httpTimeoutSeconds: Int = 10
         /// Extra request headers to read besides the common ones (lower case).
         public var extraHeaders: [String] = []
+        /// TLS: a PEM certificate chain and private key. With them the server speaks HTTPS and
+        /// offers HTTP/2 by ALPN ("h2", then "http/1.1").
+        public var tlsCertificatePath: String?
+        public var tlsPrivateKeyPath: String?
+        /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS announced to clients (0: libwebsockets' default).
+        public var http2MaxConcurrentStreams: UInt32 = 0
 
         public init(host: String, port: Int) {
             self.host = host
@@ -796,7 +816,14 @@ public final class HTTPServer: @unchecked Sendable {
         let methodIndex = lws_http_get_uri_and_method(wsi, &uriPointer, &uriLength)
         guard methodIndex >= 0, let uriPointer else { return nil }
         let methods: [HTTPMethod?] = [.get, .post, .options, .put, .patch, .delete, nil, .head]
-        guard Int(methodIndex) < methods.count, let method = methods[Int(methodIndex)] else { return nil }
+        let method: HTTPMethod
+        if Int(methodIndex) < methods.count, let known = methods[Int(methodIndex)] {
+            method = known
+        } else if let colonMethod = header(wsi, WSI_TOKEN_HTTP_COLON_METHOD), let known = HTTPMethod(rawValue: colonMethod) {
+            method = known  // HTTP/2: the method is the :method pseudo-header
+        } else {
+            return nil
+        }
         let path = String(
             decoding: UnsafeRawBufferPointer(start: uriPointer, count: Int(uriLength)), as: UTF8.self)
 

@@ -13,6 +13,8 @@ let usage = """
       app create    Create an app and print its id, API key and secret as JSON
       app list      List apps (secrets redacted)
       token         Print an access token (JWT) for a user of an app
+      push          Send one VoIP (or alert) push through APNs
+      apns-sandbox  Run a local APNs provider API for development and tests
       version       Print the version
 
     Run `switchboard <command> --help` for a command's options.
@@ -24,7 +26,7 @@ func printError(_ message: String) {
     FileHandle.standardError.write(Data((message + "\n").utf8))
 }
 
-func run(_ arguments: [String]) -> Int32 {
+func run(_ arguments: [String]) async -> Int32 {
     guard let command = arguments.first else {
         print(usage)
         return 2
@@ -38,6 +40,8 @@ func run(_ arguments: [String]) -> Int32 {
             return try AppCommand.run(rest)
         case "token":
             return try TokenCommand.run(rest)
+        case "push":
+            return try await PushCommand.run(rest)
         case "version", "--version":
             print("switchboard \(version)")
             return 0
@@ -59,4 +63,4 @@ func run(_ arguments: [String]) -> Int32 {
     }
 }
 
-exit(run(Array(CommandLine.arguments.dropFirst())))
+exit(await run(Array(CommandLine.arguments.dropFirst())))

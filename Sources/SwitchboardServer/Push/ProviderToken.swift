@@ -1,0 +1,77 @@
+import Foundation
+import Synchronization
+import SwitchboardSystem
+
+/// Apple's token-based authentication: one ES256 JWT per signing key, reused for every request
+/// and re-minted only when it gets old (Apple refuses tokens older than an hour and throttles
+/// ones refreshed more often than every 20 minutes) or when Apple says it expired.
+public final class ProviderTokenCache: Sendable {
+    /// A minted token and when.
+    public struct Token: Sendable, Equatable {
+        public var jwt: String
+        public var issuedAt: Date
+    }
+
+    public let keyID: String
+    public let teamID: String
+    /// How old a token may get before it is replaced (20–60 minutes; default 40).
+    public let refreshInterval: Duration
+    private let key: ECPrivateKey
+    private let clock: @Sendable () -> Date
+    private let current = Mutex<Token?>(nil)
+    private let mints = Atomic<Int>(0)
+
+    public init(
+        key: ECPrivateKey, keyID: String, teamID: String, refreshInterval: Duration = .seconds(40 * 60),
+        clock: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.key = key
+        self.keyID = keyID
+        self.teamID = teamID
+        self.refreshInterval = min(max(refreshInterval, .seconds(20 * 60)), .seconds(60 * 60))
+        self.clock = clock
+    }
+
+    /// Tokens minted so far.
+    public var mintCount: Int { mints.load(ordering: .relaxed) }
+
+    /// The token to use now: the cached one, or a new one when it is too old.
+    public func token() throws -> Token {
+        let now = clock()
+        return try current.withLock { token in
+            if let token, now.timeIntervalSince(token.issuedAt) < refreshInterval.seconds { return token }
+            let fresh = try mint(at: now)
+            token = fresh
+            return fresh
+        }
+    }
+
+    /// Apple answered `ExpiredProviderToken` for `stale`: replace it, unless another request has
+    /// already done so. Returns the token to retry with.
+    public func replace(_ stale: Token) throws -> Token {
+        let now = clock()
+        return try current.withLock { token in
+            if let token, token != stale { return token }
+            let fresh = try mint(at: now)
+            token = fresh
+            return fresh
+        }
+    }
+
+    private func mint(at now: Date) throws -> Token {
+        let header = Base64URL.encode(Array(#"{"alg":"ES256","kid":"\#(keyID)"}"#.utf8))
+        let issued = Int64(now.timeIntervalSince1970)
+        let claims = Base64URL.encode(Array(#"{"iss":"\#(teamID)","iat":\#(issued)}"#.utf8))
+        let input = header + "." + claims
+        let signature = try key.sign(Array(input.utf8))
+        mints.add(1, ordering: .relaxed)
+        return Token(jwt: input + "." + Base64URL.encode(signature), issuedAt: Date(timeIntervalSince1970: Double(issued)))
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, as a Double.
+    var seconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}

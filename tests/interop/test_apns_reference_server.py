@@ -1,0 +1,113 @@
+"""`switchboard push` (the Switchboard APNs client) against hypercorn + h2, over TLS with ALPN h2."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import ssl
+
+import pytest
+import trustme
+
+from conftest import BINARY, free_port
+
+HERE = os.path.dirname(__file__)
+
+
+@pytest.fixture
+def reference_server():
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    work = tempfile.mkdtemp(prefix="apns-reference-")
+    ca_path = os.path.join(work, "ca.pem")
+    cert_path = os.path.join(work, "cert.pem")
+    key_path = os.path.join(work, "key.pem")
+    ca.cert_pem.write_to_path(ca_path)
+    cert.cert_chain_pems[0].write_to_path(cert_path)
+    cert.private_key_pem.write_to_path(key_path)
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hypercorn", "--bind", f"127.0.0.1:{port}", "--certfile", cert_path, "--keyfile", key_path,
+         "apns_reference_app:app"], cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    context = ssl.create_default_context(cafile=ca_path)
+    deadline = time.time() + 15
+    while True:
+        try:
+            urllib.request.urlopen(f"https://127.0.0.1:{port}/received", context=context, timeout=1)
+            break
+        except Exception:
+            if time.time() > deadline:
+                process.kill()
+                raise RuntimeError("hypercorn did not start: " + process.stdout.read().decode())
+            time.sleep(0.2)
+    yield {"url": f"https://127.0.0.1:{port}", "ca": ca_path, "context": context}
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def make_key():
+    # A P-256 key in PKCS#8 PEM, like Apple's AuthKey_XXXX.p8.
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives import serialization
+    key = ec.generate_private_key(ec.SECP256R1())
+    path = os.path.join(tempfile.mkdtemp(), "AuthKey_ABC123DEFG.p8")
+    with open(path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return path, key.public_key()
+
+
+def test_push_reaches_an_independent_http2_server(reference_server):
+    key_path, public_key = make_key()
+    token = "a1" * 32
+    out = subprocess.run(
+        [BINARY, "push", token, "--topic", "com.example.chat", "--key-file", key_path, "--key-id", "ABC123DEFG",
+         "--team-id", "TEAM123456", "--url", reference_server["url"], "--ca-file", reference_server["ca"],
+         "--expiration", "0"], capture_output=True, text=True, timeout=60)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0
+    assert "status: 200" in out.stdout
+    apns_id = re.search(r"apns-id: ([0-9a-f-]{36})", out.stdout).group(1)
+
+    received = json.loads(urllib.request.urlopen(reference_server["url"] + "/received", context=reference_server["context"]).read())
+    assert len(received) == 1
+    request = received[0]
+    assert request["http_version"] == "2"
+    assert request["method"] == "POST"
+    assert request["path"] == f"/3/device/{token}"
+    headers = request["headers"]
+    assert headers["apns-push-type"] == "voip"
+    assert headers["apns-topic"] == "com.example.chat.voip"
+    assert headers["apns-priority"] == "10"
+    assert headers["apns-expiration"] == "0"
+    assert headers["apns-id"] == apns_id
+    payload = json.loads(request["body"])
+    assert set(payload) == {"UUID", "handle", "hasVideo"}
+
+    # The provider token is an ES256 JWT that verifies with the key's public half.
+    import base64
+    from cryptography.hazmat.primitives.asymmetric import ec, utils
+    from cryptography.hazmat.primitives import hashes
+    jwt = headers["authorization"].split(" ", 1)[1]
+    head, claims, signature = jwt.split(".")
+    pad = lambda s: s + "=" * (-len(s) % 4)
+    assert json.loads(base64.urlsafe_b64decode(pad(head))) == {"alg": "ES256", "kid": "ABC123DEFG"}
+    assert json.loads(base64.urlsafe_b64decode(pad(claims)))["iss"] == "TEAM123456"
+    raw = base64.urlsafe_b64decode(pad(signature))
+    assert len(raw) == 64
+    der = utils.encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+    public_key.verify(der, f"{head}.{claims}".encode(), ec.ECDSA(hashes.SHA256()))
+
+
+def test_push_reports_apples_reason(reference_server):
+    key_path, _ = make_key()
+    out = subprocess.run(
+        [BINARY, "push", "0" * 64, "--topic", "com.example.chat", "--key-file", key_path, "--key-id", "ABC123DEFG",
+         "--team-id", "TEAM123456", "--url", reference_server["url"], "--ca-file", reference_server["ca"]],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "status: 400" in out.stdout
+    assert "reason: BadDeviceToken" in out.stdout
