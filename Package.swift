@@ -23,6 +23,15 @@ let package = Package(
         .systemLibrary(
             name: "CSQLite", pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]),
+        // The APNs sandbox's HTTP/2 server: libwebsockets 4.1's h2 role drops request headers it
+        // does not know (apns-topic, apns-push-type...), so the sandbox frames HTTP/2 with
+        // nghttp2 (the library libcurl uses) over OpenSSL's libssl.
+        .systemLibrary(
+            name: "CTLS", pkgConfig: "libssl",
+            providers: [.apt(["libssl-dev"]), .brew(["openssl@3"])]),
+        .systemLibrary(
+            name: "CNGHTTP2", pkgConfig: "libnghttp2",
+            providers: [.apt(["libnghttp2-dev"]), .brew(["nghttp2"])]),
         // Macros and variadic C functions Swift cannot call directly.
         .target(name: "CShims", dependencies: ["CCurl", "CSQLite"]),
 
@@ -32,7 +41,7 @@ let package = Package(
         // crypto, SQLite; plus logging and metrics.
         .target(
             name: "SwitchboardSystem",
-            dependencies: ["CLibWebSockets", "CCurl", "CCrypto", "CSQLite", "CShims"]),
+            dependencies: ["CLibWebSockets", "CCurl", "CCrypto", "CSQLite", "CTLS", "CNGHTTP2", "CShims"]),
         .target(
             name: "SwitchboardServer",
             dependencies: ["SwitchboardProtocol", "SwitchboardSystem"]),

@@ -1,0 +1,2 @@
+#include <openssl/ssl.h>
+#include <openssl/err.h>

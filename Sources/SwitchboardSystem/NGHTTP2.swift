@@ -1,0 +1,492 @@
+// The only Swift file that imports nghttp2: an HTTP/2-over-TLS server for the APNs sandbox.
+
+import CNGHTTP2
+import Foundation
+import Synchronization
+
+/// A small HTTP/2 server over TLS (ALPN "h2"): one thread, non-blocking sockets and poll(),
+/// nghttp2 for the framing, OpenSSL for TLS. It serves the APNs sandbox, where handlers may
+/// answer later (added latency) and a connection may be sent GOAWAY on purpose.
+public final class HTTP2Server: @unchecked Sendable {
+    // Safety: connection state, timers and the handler are used on the server's thread only;
+    // `pending` is guarded by its Mutex and the wake pipe is written from any thread.
+
+    public struct Options: Sendable {
+        public var host: String
+        public var port: Int
+        public var certificatePath: String
+        public var privateKeyPath: String
+        /// SETTINGS_MAX_CONCURRENT_STREAMS announced to clients.
+        public var maxConcurrentStreams: UInt32 = 1000
+
+        public init(host: String, port: Int, certificatePath: String, privateKeyPath: String) {
+            self.host = host
+            self.port = port
+            self.certificatePath = certificatePath
+            self.privateKeyPath = privateKeyPath
+        }
+    }
+
+    /// A complete request (headers and body).
+    public struct Request: Sendable {
+        public var method: String
+        public var path: String
+        /// Headers in arrival order, names lower case; repeated headers appear repeatedly.
+        public var headers: [(String, String)]
+        public var body: [UInt8]
+        /// The connection it came on (1, 2, 3... in accept order).
+        public var connection: Int
+        public var streamID: Int32
+        /// Its position among the requests of its connection, from 1.
+        public var streamIndex: Int
+
+        public func header(_ name: String) -> String? { headers.first { $0.0 == name }?.1 }
+        public func headerCount(_ name: String) -> Int { headers.filter { $0.0 == name }.count }
+    }
+
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: [(String, String)]
+        public var body: [UInt8]
+
+        public init(status: Int, headers: [(String, String)] = [], body: [UInt8] = []) {
+            self.status = status
+            self.headers = headers
+            self.body = body
+        }
+    }
+
+    /// Answers one request, once, from any thread.
+    public struct Responder: Sendable {
+        fileprivate let server: HTTP2Server
+        fileprivate let connection: Int
+        fileprivate let streamID: Int32
+
+        public func respond(_ response: Response) {
+            server.execute { server in server.submit(response, connection: connection, streamID: streamID) }
+        }
+    }
+
+    /// Called on the server thread for every complete request.
+    public typealias Handler = @Sendable (Request, Responder) -> Void
+
+    public let options: Options
+    public private(set) var port = 0
+    private let handler: Handler
+    private let tls: TLSServerContext
+    private var listener: Int32 = -1
+    private var wakeRead: Int32 = -1
+    private var wakeWrite: Int32 = -1
+    private var connections: [Int: Connection] = [:]
+    private var nextConnection = 0
+    private var timers = TimerHeap()
+    private let pending = Mutex<[@Sendable (HTTP2Server) -> Void]>([])
+    private let stopRequested = Atomic<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+    private let open = Atomic<Int>(0)
+    private let peak = Atomic<Int>(0)
+
+    public init(options: Options, handler: @escaping Handler) throws {
+        self.options = options
+        self.handler = handler
+        tls = try TLSServerContext(certificatePath: options.certificatePath, privateKeyPath: options.privateKeyPath)
+        try listen()
+        var pipeEnds: [Int32] = [0, 0]
+        guard pipe(&pipeEnds) == 0 else { throw SystemError.listenFailed(host: options.host, port: options.port) }
+        wakeRead = pipeEnds[0]
+        wakeWrite = pipeEnds[1]
+        Self.setNonBlocking(wakeRead)
+        Self.setNonBlocking(wakeWrite)
+        let thread = Thread { [self] in run() }
+        thread.name = "switchboard-h2"
+        thread.start()
+    }
+
+    /// Open connections now.
+    public var connectionCount: Int { open.load(ordering: .relaxed) }
+    /// The most connections open at once so far.
+    public var peakConnectionCount: Int { peak.load(ordering: .relaxed) }
+
+    /// Runs `work` on the server thread.
+    public func execute(_ work: @escaping @Sendable (HTTP2Server) -> Void) {
+        pending.withLock { $0.append(work) }
+        var byte: UInt8 = 1
+        _ = Glibc.write(wakeWrite, &byte, 1)
+    }
+
+    /// Runs `body` on the server thread after `delay`. Server thread only.
+    public func schedule(after delay: Duration, _ body: @escaping () -> Void) {
+        _ = timers.insert(deadline: EventLoop.nowMicros() &+ UInt64(max(0, delay.microseconds)), body)
+    }
+
+    /// Sends GOAWAY on `connection` naming `lastStreamID` as the last stream it will process;
+    /// later streams are refused unprocessed, and the connection closes once the rest are
+    /// answered. Server thread only.
+    public func goAway(connection: Int, lastStreamID: Int32) {
+        guard let conn = connections[connection], conn.goAwayAfter == nil else { return }
+        conn.goAwayAfter = lastStreamID
+        nghttp2_submit_goaway(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), lastStreamID, UInt32(NGHTTP2_NO_ERROR.rawValue), nil, 0)
+        for (streamID, _) in conn.streams where streamID > lastStreamID {
+            nghttp2_submit_rst_stream(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, UInt32(NGHTTP2_REFUSED_STREAM.rawValue))
+        }
+        flush(conn)
+    }
+
+    /// Closes every connection and stops the thread.
+    public func stop() {
+        guard !stopRequested.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        var byte: UInt8 = 1
+        _ = Glibc.write(wakeWrite, &byte, 1)
+        finished.wait()
+    }
+
+    deinit {
+        stop()
+    }
+
+    // MARK: Sockets
+
+    private func listen() throws {
+        listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var yes: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(options.port).bigEndian)
+        address.sin_addr.s_addr = inet_addr(options.host)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, Glibc.listen(listener, 512) == 0 else {
+            close(listener)
+            throw SystemError.listenFailed(host: options.host, port: options.port)
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    private static func setNonBlocking(_ fd: Int32) {
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+    }
+
+    private func run() {
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while !stopRequested.load(ordering: .acquiring) {
+            var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+            let order = Array(connections.keys)
+            for id in order {
+                let conn = connections[id]!
+                var events = Int16(POLLIN)
+                if conn.wantsWrite { events |= Int16(POLLOUT) }
+                fds.append(pollfd(fd: conn.socket, events: events, revents: 0))
+            }
+            var timeout: Int32 = 1000
+            if let next = timers.nextDeadline() {
+                let now = EventLoop.nowMicros()
+                timeout = next <= now ? 0 : Int32(min(1000, (next - now + 999) / 1000))
+            }
+            _ = poll(&fds, nfds_t(fds.count), timeout)
+
+            if fds[1].revents != 0 {
+                var drain = [UInt8](repeating: 0, count: 256)
+                while read(wakeRead, &drain, drain.count) > 0 {}
+                let work = pending.withLock { queue -> [@Sendable (HTTP2Server) -> Void] in
+                    let taken = queue
+                    queue.removeAll()
+                    return taken
+                }
+                for item in work { item(self) }
+            }
+            let now = EventLoop.nowMicros()
+            while let body = timers.popDue(now: now) { body() }
+            if fds[0].revents & Int16(POLLIN) != 0 { acceptAll() }
+            for (index, id) in order.enumerated() {
+                guard let conn = connections[id] else { continue }
+                let revents = fds[index + 2].revents
+                if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 || (revents & Int16(POLLOUT) != 0) {
+                    service(conn, buffer: &buffer)
+                }
+            }
+        }
+        for conn in connections.values { drop(conn) }
+        close(listener)
+        close(wakeRead)
+        close(wakeWrite)
+        finished.signal()
+    }
+
+    private func acceptAll() {
+        while true {
+            let fd = accept(listener, nil, nil)
+            guard fd >= 0 else { return }
+            Self.setNonBlocking(fd)
+            var yes: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
+            guard let tlsConnection = try? TLSConnection(context: tls, socket: fd) else {
+                close(fd)
+                continue
+            }
+            nextConnection += 1
+            let conn = Connection(id: nextConnection, socket: fd, tls: tlsConnection)
+            guard conn.startSession(server: self, maxConcurrentStreams: options.maxConcurrentStreams) else {
+                close(fd)
+                continue
+            }
+            connections[conn.id] = conn
+            let count = open.add(1, ordering: .relaxed).newValue
+            var seen = peak.load(ordering: .relaxed)
+            while count > seen {
+                let (exchanged, original) = peak.compareExchange(expected: seen, desired: count, ordering: .relaxed)
+                if exchanged { break }
+                seen = original
+            }
+        }
+    }
+
+    private func service(_ conn: Connection, buffer: inout [UInt8]) {
+        if !conn.tls.handshakeDone {
+            switch conn.tls.handshake() {
+            case .done:
+                guard conn.tls.negotiatedProtocol == "h2" else {
+                    drop(conn)
+                    return
+                }
+            case .wantRead, .wantWrite:
+                return
+            case .closed, .failed:
+                drop(conn)
+                return
+            }
+        }
+        // Read everything available into nghttp2.
+        readLoop: while true {
+            let outcome = buffer.withUnsafeMutableBytes { conn.tls.read(into: $0) }
+            switch outcome {
+            case .done(let count):
+                let consumed = buffer.withUnsafeBufferPointer { nghttp2_session_mem_recv(conn.session, $0.baseAddress, count) }
+                if consumed < 0 {
+                    drop(conn)
+                    return
+                }
+            case .wantRead, .wantWrite:
+                break readLoop
+            case .closed, .failed:
+                drop(conn)
+                return
+            }
+        }
+        flush(conn)
+    }
+
+    /// Writes what nghttp2 has to send; closes the connection when neither side wants more.
+    fileprivate func flush(_ conn: Connection) {
+        while true {
+            if conn.outbox.isEmpty {
+                var data: UnsafePointer<UInt8>?
+                let length = nghttp2_session_mem_send(conn.session, &data)
+                if length < 0 {
+                    drop(conn)
+                    return
+                }
+                if length == 0 { break }
+                conn.outbox.append(contentsOf: UnsafeBufferPointer(start: data, count: length))
+            }
+            let outcome = conn.outbox.withUnsafeBytes { conn.tls.write($0) }
+            switch outcome {
+            case .done(let count):
+                conn.outbox.removeFirst(count)
+            case .wantRead, .wantWrite:
+                conn.wantsWrite = true
+                return
+            case .closed, .failed:
+                drop(conn)
+                return
+            }
+        }
+        conn.wantsWrite = false
+        if nghttp2_session_want_read(conn.session) == 0 && nghttp2_session_want_write(conn.session) == 0 {
+            drop(conn)
+        }
+    }
+
+    private func drop(_ conn: Connection) {
+        guard connections.removeValue(forKey: conn.id) != nil else { return }
+        conn.tls.shutdown()
+        close(conn.socket)
+        open.subtract(1, ordering: .relaxed)
+    }
+
+    fileprivate func submit(_ response: Response, connection: Int, streamID: Int32) {
+        guard let conn = connections[connection], let stream = conn.streams[streamID], !stream.answered else { return }
+        stream.answered = true
+        stream.responseBody = response.body
+        var fields: [(String, String)] = [(":status", String(response.status))]
+        fields += response.headers.map { ($0.0.lowercased(), $0.1) }
+        fields.append(("content-length", String(response.body.count)))
+        var names = fields.map { Array($0.0.utf8) }
+        var values = fields.map { Array($0.1.utf8) }
+        var nva: [nghttp2_nv] = []
+        for index in fields.indices {
+            nva.append(names[index].withUnsafeMutableBufferPointer { name in
+                values[index].withUnsafeMutableBufferPointer { value in
+                    nghttp2_nv(name: name.baseAddress, value: value.baseAddress, namelen: name.count, valuelen: value.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+                }
+            })
+        }
+        // nghttp2 copies names and values during submit; the arrays stay alive across the call.
+        withExtendedLifetime((names, values)) {
+            if response.body.isEmpty {
+                nghttp2_submit_response(conn.session, streamID, nva, nva.count, nil)
+            } else {
+                var provider = nghttp2_data_provider()
+                provider.read_callback = dataSourceRead
+                nghttp2_submit_response(conn.session, streamID, nva, nva.count, &provider)
+            }
+        }
+        names.removeAll()
+        values.removeAll()
+        flush(conn)
+    }
+
+    fileprivate func dispatch(_ conn: Connection, _ stream: Stream) {
+        if let last = conn.goAwayAfter, stream.id > last { return }  // refused by GOAWAY: never processed
+        let request = Request(
+            method: stream.header(":method") ?? "", path: stream.header(":path") ?? "",
+            headers: stream.headers.filter { !$0.0.hasPrefix(":") }, body: stream.body, connection: conn.id,
+            streamID: stream.id, streamIndex: stream.index)
+        handler(request, Responder(server: self, connection: conn.id, streamID: stream.id))
+    }
+
+    // MARK: Per-connection state
+
+    fileprivate final class Stream {
+        let id: Int32
+        let index: Int
+        var headers: [(String, String)] = []
+        var body: [UInt8] = []
+        var answered = false
+        var responseBody: [UInt8] = []
+        var responseOffset = 0
+
+        init(id: Int32, index: Int) {
+            self.id = id
+            self.index = index
+        }
+
+        func header(_ name: String) -> String? { headers.first { $0.0 == name }?.1 }
+    }
+
+    fileprivate final class Connection {
+        let id: Int
+        let socket: Int32
+        let tls: TLSConnection
+        var session: OpaquePointer!
+        var streams: [Int32: Stream] = [:]
+        var streamsSeen = 0
+        var outbox: [UInt8] = []
+        var wantsWrite = false
+        var goAwayAfter: Int32?
+        weak var server: HTTP2Server?
+
+        init(id: Int, socket: Int32, tls: TLSConnection) {
+            self.id = id
+            self.socket = socket
+            self.tls = tls
+        }
+
+        deinit {
+            if let session { nghttp2_session_del(session) }
+        }
+
+        func startSession(server: HTTP2Server, maxConcurrentStreams: UInt32) -> Bool {
+            self.server = server
+            var callbacks: OpaquePointer?
+            guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else { return false }
+            defer { nghttp2_session_callbacks_del(callbacks) }
+            nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, onBeginHeaders)
+            nghttp2_session_callbacks_set_on_header_callback(callbacks, onHeader)
+            nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, onDataChunk)
+            nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, onFrameReceived)
+            nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, onStreamClose)
+            var created: OpaquePointer?
+            guard nghttp2_session_server_new(&created, callbacks, Unmanaged.passUnretained(self).toOpaque()) == 0 else {
+                return false
+            }
+            session = created
+            var settings = [nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: maxConcurrentStreams)]
+            return nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, 1) == 0
+        }
+    }
+}
+
+private func connection(_ user: UnsafeMutableRawPointer?) -> HTTP2Server.Connection {
+    Unmanaged<HTTP2Server.Connection>.fromOpaque(user!).takeUnretainedValue()
+}
+
+private func onBeginHeaders(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ user: UnsafeMutableRawPointer?) -> Int32 {
+    guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
+        frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST
+    else { return 0 }
+    let conn = connection(user)
+    conn.streamsSeen += 1
+    conn.streams[frame.pointee.hd.stream_id] = HTTP2Server.Stream(id: frame.pointee.hd.stream_id, index: conn.streamsSeen)
+    return 0
+}
+
+private func onHeader(
+    _ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ name: UnsafePointer<UInt8>?, _ nameLength: Int,
+    _ value: UnsafePointer<UInt8>?, _ valueLength: Int, _ flags: UInt8, _ user: UnsafeMutableRawPointer?
+) -> Int32 {
+    guard let frame, let stream = connection(user).streams[frame.pointee.hd.stream_id] else { return 0 }
+    let headerName = String(decoding: UnsafeBufferPointer(start: name, count: nameLength), as: UTF8.self).lowercased()
+    let headerValue = String(decoding: UnsafeBufferPointer(start: value, count: valueLength), as: UTF8.self)
+    stream.headers.append((headerName, headerValue))
+    return 0
+}
+
+private func onDataChunk(
+    _ session: OpaquePointer?, _ flags: UInt8, _ streamID: Int32, _ data: UnsafePointer<UInt8>?, _ length: Int,
+    _ user: UnsafeMutableRawPointer?
+) -> Int32 {
+    guard let stream = connection(user).streams[streamID], let data else { return 0 }
+    stream.body.append(contentsOf: UnsafeBufferPointer(start: data, count: length))
+    return 0
+}
+
+private func onFrameReceived(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ user: UnsafeMutableRawPointer?) -> Int32 {
+    guard let frame else { return 0 }
+    let type = frame.pointee.hd.type
+    guard type == UInt8(NGHTTP2_HEADERS.rawValue) || type == UInt8(NGHTTP2_DATA.rawValue),
+        frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
+    else { return 0 }
+    let conn = connection(user)
+    guard let stream = conn.streams[frame.pointee.hd.stream_id], let server = conn.server else { return 0 }
+    server.dispatch(conn, stream)
+    return 0
+}
+
+private func onStreamClose(_ session: OpaquePointer?, _ streamID: Int32, _ errorCode: UInt32, _ user: UnsafeMutableRawPointer?) -> Int32 {
+    connection(user).streams.removeValue(forKey: streamID)
+    return 0
+}
+
+private func dataSourceRead(
+    _ session: OpaquePointer?, _ streamID: Int32, _ buffer: UnsafeMutablePointer<UInt8>?, _ length: Int,
+    _ flags: UnsafeMutablePointer<UInt32>?, _ source: UnsafeMutablePointer<nghttp2_data_source>?, _ user: UnsafeMutableRawPointer?
+) -> Int {
+    guard let stream = connection(user).streams[streamID], let buffer else {
+        flags?.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
+        return 0
+    }
+    let count = min(length, stream.responseBody.count - stream.responseOffset)
+    stream.responseBody.withUnsafeBufferPointer { body in
+        buffer.update(from: body.baseAddress! + stream.responseOffset, count: count)
+    }
+    stream.responseOffset += count
+    if stream.responseOffset == stream.responseBody.count { flags?.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue) }
+    return count
+}
