@@ -8,6 +8,7 @@ let package = Package(
         .executable(name: "switchboard", targets: ["switchboard"]),
         .library(name: "SwitchboardProtocol", targets: ["SwitchboardProtocol"]),
         .library(name: "SwitchboardServer", targets: ["SwitchboardServer"]),
+        .library(name: "SwitchboardTesting", targets: ["SwitchboardTesting"]),
     ],
     targets: [
         // C libraries, each imported by exactly one Swift file in SwitchboardSystem.
@@ -45,9 +46,13 @@ let package = Package(
         .target(
             name: "SwitchboardServer",
             dependencies: ["SwitchboardProtocol", "SwitchboardSystem"]),
+        // Test doubles others need: the local APNs sandbox.
+        .target(
+            name: "SwitchboardTesting",
+            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem"]),
         .executableTarget(
             name: "switchboard",
-            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem"]),
+            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem", "SwitchboardTesting"]),
         // Writes to a store in a loop so a test can kill -9 it mid-write.
         .executableTarget(
             name: "store-torture",
@@ -59,7 +64,7 @@ let package = Package(
             dependencies: ["SwitchboardProtocol"]),
         .testTarget(
             name: "SwitchboardServerTests",
-            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem"]),
+            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem", "SwitchboardTesting"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -84,7 +84,9 @@ public final class HTTP2Server: @unchecked Sendable {
     private let stopRequested = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private let open = Atomic<Int>(0)
+    private let usable = Atomic<Int>(0)
     private let peak = Atomic<Int>(0)
+    private let accepted = Atomic<Int>(0)
 
     public init(options: Options, handler: @escaping Handler) throws {
         self.options = options
@@ -102,10 +104,12 @@ public final class HTTP2Server: @unchecked Sendable {
         thread.start()
     }
 
-    /// Open connections now.
+    /// Open connections now, including ones draining after a GOAWAY.
     public var connectionCount: Int { open.load(ordering: .relaxed) }
-    /// The most connections open at once so far.
+    /// The most usable connections (open and not sent GOAWAY) at once so far.
     public var peakConnectionCount: Int { peak.load(ordering: .relaxed) }
+    /// Connections accepted so far.
+    public var connectionsAccepted: Int { accepted.load(ordering: .relaxed) }
 
     /// Runs `work` on the server thread.
     public func execute(_ work: @escaping @Sendable (HTTP2Server) -> Void) {
@@ -119,12 +123,14 @@ public final class HTTP2Server: @unchecked Sendable {
         _ = timers.insert(deadline: EventLoop.nowMicros() &+ UInt64(max(0, delay.microseconds)), body)
     }
 
-    /// Sends GOAWAY on `connection` naming `lastStreamID` as the last stream it will process;
-    /// later streams are refused unprocessed, and the connection closes once the rest are
-    /// answered. Server thread only.
-    public func goAway(connection: Int, lastStreamID: Int32) {
+    /// Sends GOAWAY on `connection` naming `lastStreamID` (or a later stream already handed to
+    /// the handler) as the last stream it will process; later streams are refused unprocessed,
+    /// and the connection closes once the rest are answered. Server thread only.
+    public func goAway(connection: Int, lastStreamID requested: Int32) {
         guard let conn = connections[connection], conn.goAwayAfter == nil else { return }
+        let lastStreamID = max(requested, conn.highestDispatched)
         conn.goAwayAfter = lastStreamID
+        usable.subtract(1, ordering: .relaxed)
         nghttp2_submit_goaway(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), lastStreamID, UInt32(NGHTTP2_NO_ERROR.rawValue), nil, 0)
         for (streamID, _) in conn.streams where streamID > lastStreamID {
             nghttp2_submit_rst_stream(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, UInt32(NGHTTP2_REFUSED_STREAM.rawValue))
@@ -237,7 +243,9 @@ public final class HTTP2Server: @unchecked Sendable {
                 continue
             }
             connections[conn.id] = conn
-            let count = open.add(1, ordering: .relaxed).newValue
+            open.add(1, ordering: .relaxed)
+            accepted.add(1, ordering: .relaxed)
+            let count = usable.add(1, ordering: .relaxed).newValue
             var seen = peak.load(ordering: .relaxed)
             while count > seen {
                 let (exchanged, original) = peak.compareExchange(expected: seen, desired: count, ordering: .relaxed)
@@ -262,6 +270,18 @@ public final class HTTP2Server: @unchecked Sendable {
                 return
             }
         }
+        if conn.closing {
+            // Discard what the client still sends until it closes.
+            while true {
+                switch buffer.withUnsafeMutableBytes({ conn.tls.read(into: $0) }) {
+                case .done: continue
+                case .wantRead, .wantWrite: return
+                case .closed, .failed:
+                    drop(conn)
+                    return
+                }
+            }
+        }
         // Read everything available into nghttp2.
         readLoop: while true {
             let outcome = buffer.withUnsafeMutableBytes { conn.tls.read(into: $0) }
@@ -284,6 +304,7 @@ public final class HTTP2Server: @unchecked Sendable {
 
     /// Writes what nghttp2 has to send; closes the connection when neither side wants more.
     fileprivate func flush(_ conn: Connection) {
+        guard !conn.closing else { return }
         while true {
             if conn.outbox.isEmpty {
                 var data: UnsafePointer<UInt8>?
@@ -308,20 +329,45 @@ public final class HTTP2Server: @unchecked Sendable {
             }
         }
         conn.wantsWrite = false
-        if nghttp2_session_want_read(conn.session) == 0 && nghttp2_session_want_write(conn.session) == 0 {
-            drop(conn)
+        // Done when nghttp2 has nothing left to read or write and every request handed to the
+        // handler has been answered (an answer may still be on its way, e.g. delayed).
+        if conn.awaitingAnswers == 0 && nghttp2_session_want_read(conn.session) == 0
+            && nghttp2_session_want_write(conn.session) == 0
+        {
+            linger(conn)
+        }
+    }
+
+    /// Closes gracefully: close_notify and a half-close, then reads (and discards) until the
+    /// client closes or two seconds pass. Closing at once with the client's frames still unread
+    /// would make the kernel reset the connection, and the client could lose our last frames
+    /// (the GOAWAY among them).
+    private func linger(_ conn: Connection) {
+        guard !conn.closing else { return }
+        conn.closing = true
+        conn.tls.shutdown()
+        Glibc.shutdown(conn.socket, Int32(SHUT_WR))
+        schedule(after: .seconds(2)) { [weak self, weak conn] in
+            guard let self, let conn else { return }
+            self.drop(conn)
         }
     }
 
     private func drop(_ conn: Connection) {
         guard connections.removeValue(forKey: conn.id) != nil else { return }
-        conn.tls.shutdown()
+        if !conn.closing { conn.tls.shutdown() }
         close(conn.socket)
         open.subtract(1, ordering: .relaxed)
+        if conn.goAwayAfter == nil { usable.subtract(1, ordering: .relaxed) }
     }
 
     fileprivate func submit(_ response: Response, connection: Int, streamID: Int32) {
-        guard let conn = connections[connection], let stream = conn.streams[streamID], !stream.answered else { return }
+        guard let conn = connections[connection] else { return }
+        conn.awaitingAnswers -= 1
+        guard let stream = conn.streams[streamID], !stream.answered else {
+            flush(conn)
+            return
+        }
         stream.answered = true
         stream.responseBody = response.body
         var fields: [(String, String)] = [(":status", String(response.status))]
@@ -354,6 +400,8 @@ public final class HTTP2Server: @unchecked Sendable {
 
     fileprivate func dispatch(_ conn: Connection, _ stream: Stream) {
         if let last = conn.goAwayAfter, stream.id > last { return }  // refused by GOAWAY: never processed
+        conn.highestDispatched = max(conn.highestDispatched, stream.id)
+        conn.awaitingAnswers += 1
         let request = Request(
             method: stream.header(":method") ?? "", path: stream.header(":path") ?? "",
             headers: stream.headers.filter { !$0.0.hasPrefix(":") }, body: stream.body, connection: conn.id,
@@ -390,6 +438,11 @@ public final class HTTP2Server: @unchecked Sendable {
         var outbox: [UInt8] = []
         var wantsWrite = false
         var goAwayAfter: Int32?
+        var highestDispatched: Int32 = 0
+        /// Requests handed to the handler and not answered yet.
+        var awaitingAnswers = 0
+        /// Half-closed after the last answer; waiting for the client to close.
+        var closing = false
         weak var server: HTTP2Server?
 
         init(id: Int, socket: Int32, tls: TLSConnection) {

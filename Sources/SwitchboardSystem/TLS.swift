@@ -13,6 +13,8 @@ final class TLSServerContext: @unchecked Sendable {
         guard let context = SSL_CTX_new(TLS_server_method()) else { throw SystemError.crypto("SSL_CTX_new failed") }
         self.context = context
         SSL_CTX_ctrl(context, SSL_CTRL_SET_MIN_PROTO_VERSION, Int(TLS1_2_VERSION), nil)
+        // Writes may complete partly, and a retried write may come from a moved buffer.
+        SSL_CTX_ctrl(context, SSL_CTRL_MODE, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), nil)
         guard SSL_CTX_use_certificate_chain_file(context, certificatePath) == 1 else {
             throw SystemError.crypto("cannot load the certificate \(certificatePath): \(Self.lastError())")
         }

@@ -42,6 +42,8 @@ func run(_ arguments: [String]) async -> Int32 {
             return try TokenCommand.run(rest)
         case "push":
             return try await PushCommand.run(rest)
+        case "apns-sandbox":
+            return try SandboxCommand.run(rest)
         case "version", "--version":
             print("switchboard \(version)")
             return 0

@@ -88,6 +88,7 @@ public final class APNsClient: Sendable {
         var reminted = false
         var backoff = configuration.initialBackoff
         var token: ProviderTokenCache.Token?
+        var lastAnswer: (status: Int, failure: PushFailureReason)?
         while true {
             var headers: [(String, String)] = [
                 ("apns-push-type", notification.type.rawValue),
@@ -107,7 +108,10 @@ public final class APNsClient: Sendable {
                 headers.append(("authorization", "bearer " + token!.jwt))
             }
             let remaining = deadline - .now
-            guard remaining > .zero else { return result(0, .deadlineExceeded, attempts) }
+            guard remaining > .zero else {
+                // Out of time between retries: report what APNs said last.
+                return result(lastAnswer?.status ?? 0, lastAnswer?.failure ?? .deadlineExceeded, attempts)
+            }
             let request = HTTP2Request(
                 url: "\(baseURL)/3/device/\(notification.deviceToken)", headers: headers, body: notification.payload,
                 timeout: min(configuration.requestTimeout, remaining))
@@ -132,6 +136,7 @@ public final class APNsClient: Sendable {
                 logger.info("provider token expired; minted a new one", ["key_id": cache.keyID])
                 continue
             }
+            lastAnswer = (response.status, failure)
             if failure.isRetryable, await pause(&backoff, until: deadline) { continue }
             return result(response.status, failure, attempts, id: id)
         }

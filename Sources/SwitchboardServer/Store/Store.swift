@@ -21,7 +21,17 @@ public final class Store: Sendable {
             bundle_id TEXT NOT NULL,
             created_at INTEGER NOT NULL
         );
+        """,
         """
+        CREATE TABLE push_tokens (
+            token TEXT PRIMARY KEY,
+            app_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            registered_at INTEGER NOT NULL,
+            disabled_at INTEGER,
+            disabled_reason TEXT
+        );
+        """,
     ]
 
     public let path: String
@@ -107,6 +117,64 @@ public final class Store: Sendable {
                 guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
                 let rows = try database.query("PRAGMA integrity_check")
                 return rows.compactMap { $0.first?.string }.joined(separator: "; ")
+            }
+        }
+    }
+
+    // MARK: Push tokens
+
+    /// A device token as the store knows it.
+    public struct PushTokenRecord: Sendable, Equatable {
+        public var token: String
+        public var appID: String
+        /// `voip` (PushKit) or `apns` (regular notifications).
+        public var kind: String
+        /// Milliseconds since 1970.
+        public var registeredAt: Int64
+        public var disabledAt: Int64?
+        public var disabledReason: String?
+
+        public var isActive: Bool { disabledAt == nil }
+    }
+
+    /// Records that a device (re)registered `token` at `at`; a disabled token becomes active again.
+    public func registerPushToken(_ token: String, appID: String, kind: String, at: Date) throws {
+        let millis = Int64(at.timeIntervalSince1970 * 1000)
+        _ = try write { database in
+            try database.query(
+                """
+                INSERT INTO push_tokens (token, app_id, kind, registered_at) VALUES (?, ?, ?, ?)
+                ON CONFLICT(token) DO UPDATE SET app_id = excluded.app_id, kind = excluded.kind,
+                    registered_at = excluded.registered_at, disabled_at = NULL, disabled_reason = NULL
+                """, [.text(token), .text(appID), .text(kind), .integer(millis)])
+        }
+    }
+
+    /// Disables `token` after APNs called it dead. For `Unregistered` with a timestamp, only when
+    /// the device did not register it again after that time (Apple's rule: the token is invalid
+    /// since then, but a newer registration wins). Returns whether it was disabled.
+    @discardableResult
+    public func disablePushToken(_ token: String, reason: String, invalidSince: Date?, at: Date) throws -> Bool {
+        let now = Int64(at.timeIntervalSince1970 * 1000)
+        let since = invalidSince.map { Int64($0.timeIntervalSince1970 * 1000) } ?? Int64.max
+        return try write { database in
+            try database.query(
+                "UPDATE push_tokens SET disabled_at = ?, disabled_reason = ? WHERE token = ? AND disabled_at IS NULL AND registered_at <= ?",
+                [.integer(now), .text(reason), .text(token), .integer(since)])
+            return database.changes > 0
+        }
+    }
+
+    public func pushToken(_ token: String) throws -> PushTokenRecord? {
+        try reader.withLock { database in
+            guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
+            return try database.query(
+                "SELECT token, app_id, kind, registered_at, disabled_at, disabled_reason FROM push_tokens WHERE token = ?",
+                [.text(token)]
+            ).first.map { row in
+                PushTokenRecord(
+                    token: row[0].string ?? "", appID: row[1].string ?? "", kind: row[2].string ?? "",
+                    registeredAt: row[3].int64 ?? 0, disabledAt: row[4].int64, disabledReason: row[5].string)
             }
         }
     }

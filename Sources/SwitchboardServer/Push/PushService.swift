@@ -1,0 +1,37 @@
+import Foundation
+import SwitchboardSystem
+
+/// Sends pushes and acts on what APNs answers: dead tokens are disabled in the store (a 410
+/// only when the device did not register the token again later), configuration errors raise an
+/// alarm (in `APNsClient`).
+public final class PushService: Sendable {
+    public let client: APNsClient
+    private let store: Store
+    private let logger: Logger
+    private let clock: @Sendable () -> Date
+
+    public init(client: APNsClient, store: Store, logger: Logger = Logger(), clock: @escaping @Sendable () -> Date = { Date() }) {
+        self.client = client
+        self.store = store
+        self.logger = logger
+        self.clock = clock
+    }
+
+    public func send(_ notification: PushNotification, deadline: ContinuousClock.Instant? = nil) async -> PushResult {
+        let result = await client.send(notification, deadline: deadline)
+        if let failure = result.failure, failure.invalidatesToken {
+            var since: Date?
+            if case .unregistered(let timestamp) = failure { since = timestamp }
+            do {
+                let disabled = try store.disablePushToken(
+                    notification.deviceToken, reason: failure.apnsReason, invalidSince: since, at: clock())
+                logger.info(
+                    disabled ? "push token disabled" : "push token kept: registered again after APNs invalidated it",
+                    ["token": Redact.token(notification.deviceToken), "reason": failure.apnsReason])
+            } catch {
+                logger.error("cannot record a dead push token", ["token": Redact.token(notification.deviceToken), "error": "\(error)"])
+            }
+        }
+        return result
+    }
+}
