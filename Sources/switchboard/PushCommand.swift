@@ -30,6 +30,10 @@ enum PushCommand {
           --collapse-id ID      apns-collapse-id.
           --apns-id UUID        apns-id (default: a new UUID).
           --timeout SECONDS     Give up after this long, retries included (default 30).
+
+        The provider token is reused between runs (kept in ~/.cache/switchboard, user-only) while it
+        is under 40 minutes old: Apple answers TooManyProviderTokenUpdates to providers that mint
+        new tokens more often than every 20 minutes.
           --help                Show this help.
         """
 
@@ -57,10 +61,18 @@ enum PushCommand {
         }
 
         let credentials: APNsCredentials
+        var tokenCache: ProviderTokenCache?
+        var tokenFile: String?
         if let keyFile = parsed.value("key-file") {
             guard let pem = try? String(contentsOfFile: keyFile, encoding: .utf8) else { throw UsageError("cannot read --key-file \(keyFile)") }
             let key = try ECPrivateKey(pem: pem)
-            credentials = .token(ProviderTokenCache(key: key, keyID: try parsed.required("key-id"), teamID: try parsed.required("team-id")))
+            let cache = ProviderTokenCache(key: key, keyID: try parsed.required("key-id"), teamID: try parsed.required("team-id"))
+            tokenFile = Self.tokenCachePath(teamID: cache.teamID, keyID: cache.keyID)
+            if let tokenFile, let saved = try? String(contentsOfFile: tokenFile, encoding: .utf8) {
+                _ = cache.adopt(saved.trimmingCharacters(in: .whitespacesAndNewlines))
+            }
+            tokenCache = cache
+            credentials = .token(cache)
         } else if let certificate = parsed.value("cert") {
             credentials = .certificate(
                 path: certificate, keyPath: parsed.value("cert-key"), password: parsed.value("cert-password"),
@@ -92,11 +104,29 @@ enum PushCommand {
             expiration: parsed.value("expiration").flatMap { Int64($0) }, collapseID: parsed.value("collapse-id"),
             id: parsed.value("apns-id").flatMap { UUID(uuidString: $0) })
         let result = await client.send(notification, deadline: .now + .seconds(timeout))
+        if let tokenFile, let token = tokenCache?.currentToken {
+            Self.save(token.jwt, to: tokenFile)
+        }
         print("status: \(result.status)")
         print("apns-id: \(result.apnsID)")
         print("topic: \(notification.apnsTopic)")
         if let failure = result.failure { print("reason: \(failure)") }
         print("attempts: \(result.attempts)")
         return result.accepted ? 0 : 1
+    }
+
+    /// Where the provider token is kept between runs: `$XDG_CACHE_HOME/switchboard/` (or
+    /// `~/.cache/switchboard/`), readable by the user only.
+    static func tokenCachePath(teamID: String, keyID: String) -> String? {
+        let environment = ProcessInfo.processInfo.environment
+        guard let base = environment["XDG_CACHE_HOME"] ?? environment["HOME"].map({ $0 + "/.cache" }) else { return nil }
+        let safe = { (text: String) in text.filter { $0.isLetter || $0.isNumber } }
+        return "\(base)/switchboard/apns-provider-token-\(safe(teamID))-\(safe(keyID))"
+    }
+
+    static func save(_ jwt: String, to path: String) {
+        let directory = (path as NSString).deletingLastPathComponent
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        FileManager.default.createFile(atPath: path, contents: Data(jwt.utf8), attributes: [.posixPermissions: 0o600])
     }
 }

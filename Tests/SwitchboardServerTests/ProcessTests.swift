@@ -160,3 +160,65 @@ func runTool(_ name: String, _ arguments: [String], environment: [String: String
         #expect(lost.isEmpty, "lost \(lost.count) committed apps")
     }
 }
+
+@Suite struct PushCommandTests {
+    @Test func switchboardPushAgainstTheSandboxPrintsStatusAndAPNsID() async throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let key = try ECPrivateKey.generate()
+        try key.pem.write(toFile: directory + "/AuthKey_KEY1234567.p8", atomically: true, encoding: .utf8)
+
+        let sandbox = Process()
+        sandbox.executableURL = URL(fileURLWithPath: productsDirectory + "/switchboard")
+        sandbox.arguments = [
+            "apns-sandbox", "--port", "0", "--admin-port", "0", "--key", "KEY1234567=\(directory)/AuthKey_KEY1234567.p8",
+            "--dir", directory + "/sandbox",
+        ]
+        let output = Pipe()
+        sandbox.standardOutput = output
+        sandbox.standardError = FileHandle.nullDevice
+        try sandbox.run()
+        defer { sandbox.terminate() }
+        var printed = ""
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !printed.contains("admin API:") || !printed.contains("Try:") {
+            guard ContinuousClock.now < deadline else { throw Timeout(what: "the sandbox to start") }
+            printed += String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
+        }
+        let url = String(try #require(printed.firstMatch(of: /APNs sandbox: (https:\/\/[0-9.:]+)/)?.1))
+        let certificate = String(try #require(printed.firstMatch(of: /certificate:\s+(\S+)/)?.1))
+        let admin = String(try #require(printed.firstMatch(of: /admin API:\s+(http:\/\/[0-9.:]+)/)?.1))
+
+        let token = String(repeating: "5a", count: 32)
+        let arguments = [
+            "push", token, "--topic", "com.example.chat", "--key-file", directory + "/AuthKey_KEY1234567.p8", "--key-id",
+            "KEY1234567", "--team-id", "TEAM123456", "--url", url, "--ca-file", certificate,
+        ]
+        let environment = ["XDG_CACHE_HOME": directory + "/cache"]
+        let first = try runTool("switchboard", arguments, environment: environment)
+        #expect(first.status == 0, "\(first.output) \(first.errors)")
+        #expect(first.output.contains("status: 200"))
+        let apnsID = String(try #require(first.output.firstMatch(of: /apns-id: ([0-9a-f-]{36})/)?.1))
+        #expect(first.output.contains("topic: com.example.chat.voip"))
+
+        // A second run reuses the provider token: Apple would throttle a new one so soon.
+        let second = try runTool("switchboard", arguments + ["--type", "alert", "--payload", #"{"aps":{"alert":"hi"}}"#, "--topic", "com.example.chat"], environment: environment)
+        #expect(second.status == 0, "\(second.output)")
+
+        let recorded = try await HTTPClient.request("GET", admin + "/pushes")
+        let pushes = try #require(try JSONDecoder().decode(JSONValue.self, from: Data(recorded.body))["pushes"])
+        guard case .array(let list) = pushes else { throw Timeout(what: "a list of pushes") }
+        #expect(list.count == 2)
+        #expect(list.first?["apns_id"]?.stringValue == apnsID)
+        #expect(list.first?["push_type"] == "voip")
+        #expect(list.last?["push_type"] == "alert")
+        let stats = try await HTTPClient.request("GET", admin + "/stats")
+        #expect(stats.text.contains(#""token_updates":0"#))
+
+        _ = try await HTTPClient.request("PUT", admin + "/tokens/\(token)", body: Array(#"{"state":"bad"}"#.utf8))
+        let refused = try runTool("switchboard", arguments, environment: environment)
+        #expect(refused.status == 1)
+        #expect(refused.output.contains("status: 400"))
+        #expect(refused.output.contains("reason: BadDeviceToken"))
+    }
+}

@@ -32,6 +32,30 @@ public final class ProviderTokenCache: Sendable {
         self.clock = clock
     }
 
+    /// Starts from a token minted earlier (by another process with the same key), if it is
+    /// still young enough and really signed by this key, team and key id. Apple throttles
+    /// providers that mint new tokens more often than every 20 minutes, so processes that come
+    /// and go (the command line) should share one.
+    public func adopt(_ jwt: String) -> Bool {
+        let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let signature = Base64URL.decode(parts[2]), let claimsBytes = Base64URL.decode(parts[1]),
+            let headerBytes = Base64URL.decode(parts[0]),
+            String(decoding: headerBytes, as: UTF8.self) == #"{"alg":"ES256","kid":"\#(keyID)"}"#,
+            let claims = try? JSONSerialization.jsonObject(with: Data(claimsBytes)) as? [String: Any],
+            claims["iss"] as? String == teamID, let issued = (claims["iat"] as? NSNumber)?.int64Value,
+            let publicKey = try? ECPublicKey(pem: key.publicKeyPEM),
+            publicKey.verify(signature, of: Array("\(parts[0]).\(parts[1])".utf8))
+        else { return false }
+        let issuedAt = Date(timeIntervalSince1970: Double(issued))
+        let age = clock().timeIntervalSince(issuedAt)
+        guard age >= 0, age < refreshInterval.seconds else { return false }
+        current.withLock { $0 = Token(jwt: jwt, issuedAt: issuedAt) }
+        return true
+    }
+
+    /// The token in use, if one was minted or adopted.
+    public var currentToken: Token? { current.withLock { $0 } }
+
     /// Tokens minted so far.
     public var mintCount: Int { mints.load(ordering: .relaxed) }
 
