@@ -53,6 +53,10 @@ let package = Package(
         .executableTarget(
             name: "switchboard",
             dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem", "SwitchboardTesting"]),
+        // The load generator of `make bench`.
+        .executableTarget(
+            name: "switchboard-bench",
+            dependencies: ["SwitchboardServer", "SwitchboardSystem"]),
         // Writes to a store in a loop so a test can kill -9 it mid-write.
         .executableTarget(
             name: "store-torture",

@@ -82,6 +82,7 @@ public final class HTTP2Server: @unchecked Sendable {
     private var timers = TimerHeap()
     private let pending = Mutex<[@Sendable (HTTP2Server) -> Void]>([])
     private let stopRequested = Atomic<Bool>(false)
+    private let started = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private let open = Atomic<Int>(0)
     private let usable = Atomic<Int>(0)
@@ -101,6 +102,7 @@ public final class HTTP2Server: @unchecked Sendable {
         Self.setNonBlocking(wakeWrite)
         let thread = Thread { [self] in run() }
         thread.name = "switchboard-h2"
+        started.store(true, ordering: .releasing)
         thread.start()
     }
 
@@ -108,6 +110,9 @@ public final class HTTP2Server: @unchecked Sendable {
     public var connectionCount: Int { open.load(ordering: .relaxed) }
     /// The most usable connections (open and not sent GOAWAY) at once so far.
     public var peakConnectionCount: Int { peak.load(ordering: .relaxed) }
+    /// RST_STREAM frames clients sent.
+    public var streamResetsReceived: Int { resetsReceived.load(ordering: .relaxed) }
+    fileprivate let resetsReceived = Atomic<Int>(0)
     /// Connections accepted so far.
     public var connectionsAccepted: Int { accepted.load(ordering: .relaxed) }
 
@@ -138,7 +143,8 @@ public final class HTTP2Server: @unchecked Sendable {
         flush(conn)
     }
 
-    /// Closes every connection and stops the thread.
+    /// Closes every connection and stops the thread. Callable once from any thread but the
+    /// server's own; later calls return at once.
     public func stop() {
         guard !stopRequested.exchange(true, ordering: .acquiringAndReleasing) else { return }
         var byte: UInt8 = 1
@@ -147,7 +153,13 @@ public final class HTTP2Server: @unchecked Sendable {
     }
 
     deinit {
-        stop()
+        // The thread holds the server until `run` returns, so a server that started is only
+        // freed after it stopped; one whose init failed never started a thread.
+        if !started.load(ordering: .acquiring) {
+            if listener >= 0 { close(listener) }
+            if wakeRead >= 0 { close(wakeRead) }
+            if wakeWrite >= 0 { close(wakeWrite) }
+        }
     }
 
     // MARK: Sockets
@@ -372,7 +384,10 @@ public final class HTTP2Server: @unchecked Sendable {
         stream.responseBody = response.body
         var fields: [(String, String)] = [(":status", String(response.status))]
         fields += response.headers.map { ($0.0.lowercased(), $0.1) }
-        fields.append(("content-length", String(response.body.count)))
+        // An empty body goes without content-length: the stream's END_STREAM ends it. (With
+        // "content-length: 0" libcurl finishes the transfer on the headers alone and resets each
+        // stream, which nghttp2's rapid-reset guard punishes by closing the connection.)
+        if !response.body.isEmpty { fields.append(("content-length", String(response.body.count))) }
         var names = fields.map { Array($0.0.utf8) }
         var values = fields.map { Array($0.1.utf8) }
         var nva: [nghttp2_nv] = []
@@ -465,8 +480,15 @@ public final class HTTP2Server: @unchecked Sendable {
             nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, onDataChunk)
             nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, onFrameReceived)
             nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, onStreamClose)
+            var option: OpaquePointer?
+            guard nghttp2_option_new(&option) == 0, let option else { return false }
+            defer { nghttp2_option_del(option) }
+            // libcurl 7.88 sends RST_STREAM(STREAM_CLOSED) for every finished stream; nghttp2's
+            // rapid-reset guard would take that for an attack and end the connection with
+            // INTERNAL_ERROR. Those resets are harmless here: lift the guard.
+            nghttp2_option_set_stream_reset_rate_limit(option, UInt64(Int64.max), UInt64(Int64.max))
             var created: OpaquePointer?
-            guard nghttp2_session_server_new(&created, callbacks, Unmanaged.passUnretained(self).toOpaque()) == 0 else {
+            guard nghttp2_session_server_new2(&created, callbacks, Unmanaged.passUnretained(self).toOpaque(), option) == 0 else {
                 return false
             }
             session = created
@@ -513,6 +535,7 @@ private func onDataChunk(
 private func onFrameReceived(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ user: UnsafeMutableRawPointer?) -> Int32 {
     guard let frame else { return 0 }
     let type = frame.pointee.hd.type
+    if type == UInt8(NGHTTP2_RST_STREAM.rawValue) { connection(user).server?.resetsReceived.add(1, ordering: .relaxed) }
     guard type == UInt8(NGHTTP2_HEADERS.rawValue) || type == UInt8(NGHTTP2_DATA.rawValue),
         frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
     else { return 0 }

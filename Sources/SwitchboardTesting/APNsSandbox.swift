@@ -131,7 +131,12 @@ public final class APNsSandbox: Sendable {
         }
         var adminOptions = HTTPServer.Options(host: configuration.host, port: configuration.adminPort)
         adminOptions.maxMessageBytes = 64 * 1024
-        adminServer = try HTTPServer(options: adminOptions, handler: admin, logger: logger)
+        do {
+            adminServer = try HTTPServer(options: adminOptions, handler: admin, logger: logger)
+        } catch {
+            http2.stop()
+            throw error
+        }
         holder.withLock { $0 = self }
         admin.sandbox = self
     }
@@ -149,6 +154,8 @@ public final class APNsSandbox: Sendable {
     public var connectionCount: Int { http2.connectionCount }
     public var peakConnectionCount: Int { http2.peakConnectionCount }
     public var connectionsAccepted: Int { http2.connectionsAccepted }
+    /// Streams the clients reset (RST_STREAM).
+    public var streamResets: Int { http2.streamResetsReceived }
 
     public func stop() {
         http2.stop()

@@ -56,6 +56,8 @@ final class SandboxAdmin: HTTPServerHandler, @unchecked Sendable {
             let stats: [String: JSONValue] = [
                 "requests": .int(Int64(sandbox.requestCount)), "connections": .int(Int64(sandbox.connectionCount)),
                 "peak_connections": .int(Int64(sandbox.peakConnectionCount)),
+                "connections_accepted": .int(Int64(sandbox.connectionsAccepted)),
+                "stream_resets": .int(Int64(sandbox.streamResets)),
                 "token_updates": .int(Int64(sandbox.tokenUpdates)),
                 "accepted": .int(Int64(sandbox.records.filter { $0.status == 200 }.count)),
             ]
