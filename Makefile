@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 SWIFT ?= swift
 VENV := .build/venv
 
-.PHONY: run test build deps test-deps autobahn interop clean
+.PHONY: run test build deps test-deps autobahn interop bench clean
 
 run: deps
 	$(SWIFT) build -c release --product switchboard
@@ -35,6 +35,9 @@ autobahn: test-deps
 interop: test-deps
 	$(SWIFT) build --product switchboard
 	scripts/interop.sh .build/debug/switchboard $(VENV)
+
+bench: test-deps
+	VENV=$(VENV) scripts/bench.sh
 
 clean:
 	rm -rf .build

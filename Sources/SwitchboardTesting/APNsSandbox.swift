@@ -41,7 +41,10 @@ public final class APNsSandbox: Sendable {
         public var priority: Int?
         public var expiration: Int64?
         public var collapseID: String?
-        public var payload: JSONValue?
+        /// The payload as sent.
+        public var payloadBytes: [UInt8]
+        /// The payload, parsed.
+        public var payload: JSONValue? { try? JSONDecoder().decode(JSONValue.self, from: Data(payloadBytes)) }
         public var status: Int
         public var reason: String?
         /// Milliseconds since 1970, by the sandbox clock.
@@ -58,6 +61,61 @@ public final class APNsSandbox: Sendable {
             case payload, status, reason
             case receivedAt = "received_at"
             case connection, stream
+        }
+
+        public init(
+            apnsID: String, token: String, pushType: String?, topic: String?, priority: Int?, expiration: Int64?,
+            collapseID: String?, payloadBytes: [UInt8], status: Int, reason: String?, receivedAt: Int64, connection: Int,
+            stream: Int
+        ) {
+            self.apnsID = apnsID
+            self.token = token
+            self.pushType = pushType
+            self.topic = topic
+            self.priority = priority
+            self.expiration = expiration
+            self.collapseID = collapseID
+            self.payloadBytes = payloadBytes
+            self.status = status
+            self.reason = reason
+            self.receivedAt = receivedAt
+            self.connection = connection
+            self.stream = stream
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            apnsID = try container.decode(String.self, forKey: .apnsID)
+            token = try container.decode(String.self, forKey: .token)
+            pushType = try container.decodeIfPresent(String.self, forKey: .pushType)
+            topic = try container.decodeIfPresent(String.self, forKey: .topic)
+            priority = try container.decodeIfPresent(Int.self, forKey: .priority)
+            expiration = try container.decodeIfPresent(Int64.self, forKey: .expiration)
+            collapseID = try container.decodeIfPresent(String.self, forKey: .collapseID)
+            let payload = try container.decodeIfPresent(JSONValue.self, forKey: .payload)
+            payloadBytes = try payload.map { Array(try JSONEncoder().encode($0)) } ?? []
+            status = try container.decode(Int.self, forKey: .status)
+            reason = try container.decodeIfPresent(String.self, forKey: .reason)
+            receivedAt = try container.decode(Int64.self, forKey: .receivedAt)
+            connection = try container.decode(Int.self, forKey: .connection)
+            stream = try container.decode(Int.self, forKey: .stream)
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(apnsID, forKey: .apnsID)
+            try container.encode(token, forKey: .token)
+            try container.encodeIfPresent(pushType, forKey: .pushType)
+            try container.encodeIfPresent(topic, forKey: .topic)
+            try container.encodeIfPresent(priority, forKey: .priority)
+            try container.encodeIfPresent(expiration, forKey: .expiration)
+            try container.encodeIfPresent(collapseID, forKey: .collapseID)
+            try container.encodeIfPresent(payload, forKey: .payload)
+            try container.encode(status, forKey: .status)
+            try container.encodeIfPresent(reason, forKey: .reason)
+            try container.encode(receivedAt, forKey: .receivedAt)
+            try container.encode(connection, forKey: .connection)
+            try container.encode(stream, forKey: .stream)
         }
     }
 
@@ -94,6 +152,8 @@ public final class APNsSandbox: Sendable {
         var currentTokens: [String: (iat: Int64, jwt: String, refused: Bool)] = [:]
         var tokenUpdates = 0
         var requests = 0
+        /// Provider tokens whose signature and claims were already checked: (key id, iat).
+        var verifiedTokens: [String: (keyID: String, issuedAt: Int64)] = [:]
     }
 
     public let configuration: Configuration
@@ -204,7 +264,7 @@ public final class APNsSandbox: Sendable {
             apnsID: verdict.apnsID, token: verdict.token, pushType: request.header("apns-push-type"),
             topic: request.header("apns-topic"), priority: request.header("apns-priority").flatMap { Int($0) },
             expiration: request.header("apns-expiration").flatMap { Int64($0) }, collapseID: request.header("apns-collapse-id"),
-            payload: try? JSONDecoder().decode(JSONValue.self, from: Data(request.body)), status: verdict.status,
+            payloadBytes: request.body, status: verdict.status,
             reason: verdict.reason, receivedAt: Int64(now.timeIntervalSince1970 * 1000), connection: request.connection,
             stream: request.streamIndex)
         let (latency, goAwayAfter) = state.withLock { state -> (Duration, Int?) in
@@ -303,7 +363,7 @@ struct SandboxValidator: Sendable {
         guard !request.body.isEmpty else { return refuse(400, "PayloadEmpty") }
         let limit = pushType == "voip" ? 5120 : 4096
         guard request.body.count <= limit else { return refuse(413, "PayloadTooLarge") }
-        guard case .object = (try? JSONDecoder().decode(JSONValue.self, from: Data(request.body))) else {
+        guard (try? JSONSerialization.jsonObject(with: Data(request.body))) is [String: Any] else {
             // Apple documents no reason for a payload that is not a JSON object; the sandbox
             // names the mistake.
             return refuse(400, "BadPayload")
@@ -326,6 +386,10 @@ struct SandboxValidator: Sendable {
     /// ES256 JWT with `kid` and `iss`/`iat`: signature, age (an hour), and update rate (no more
     /// than one new token per key every 20 minutes).
     func checkProviderToken(_ jwt: String, now: Date, state: inout APNsSandbox.State) -> TokenFailure? {
+        // A token seen before needs no parsing or signature check again, only the time rules.
+        if let known = state.verifiedTokens[jwt] {
+            return checkTokenTimes(jwt, keyID: known.keyID, issuedAt: known.issuedAt, now: now, state: &state)
+        }
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let headerBytes = Base64URL.decode(parts[0]), let claimsBytes = Base64URL.decode(parts[1]),
             let signature = Base64URL.decode(parts[2]),
@@ -342,6 +406,13 @@ struct SandboxValidator: Sendable {
         } else if signature.count != 64 {
             return TokenFailure(status: 403, reason: "InvalidProviderToken")
         }
+        if state.verifiedTokens.count > 10_000 { state.verifiedTokens.removeAll() }
+        state.verifiedTokens[jwt] = (keyID, issuedAt)
+        return checkTokenTimes(jwt, keyID: keyID, issuedAt: issuedAt, now: now, state: &state)
+    }
+
+    /// Age (an hour), clock (not from the future) and update rate (one new token per key per 20 minutes).
+    private func checkTokenTimes(_ jwt: String, keyID: String, issuedAt: Int64, now: Date, state: inout APNsSandbox.State) -> TokenFailure? {
         let nowSeconds = Int64(now.timeIntervalSince1970)
         if issuedAt > nowSeconds + 60 { return TokenFailure(status: 403, reason: "InvalidProviderToken") }
         if state.expiredFaults > 0 {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SwitchboardProtocol
 import SwitchboardSystem
 
@@ -13,6 +14,8 @@ final class SandboxAdmin: HTTPServerHandler, @unchecked Sendable {
     private var subscribers: [String: Set<ConnectionID>] = [:]
     private var pendingSubscriptions: [ConnectionID: String] = [:]
     private var tokenOfConnection: [ConnectionID: String] = [:]
+    /// The tokens with a subscriber, readable from the HTTP/2 thread.
+    private let subscribedTokens = Mutex<Set<String>>([])
     private let logger: Logger
     private let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
@@ -30,7 +33,9 @@ final class SandboxAdmin: HTTPServerHandler, @unchecked Sendable {
 
     /// Hands an accepted push to the devices subscribed to its token. Any thread.
     func deliver(_ record: APNsSandbox.Record) {
-        guard let server, let bytes = try? encoder.encode(record) else { return }
+        guard subscribedTokens.withLock({ $0.contains(record.token) }), let server, let bytes = try? encoder.encode(record) else {
+            return
+        }
         let frame = OutboundFrame(bytes)
         server.loop.execute { [self] in
             for connection in subscribers[record.token] ?? [] { server.send(frame, to: connection) }
@@ -144,6 +149,7 @@ final class SandboxAdmin: HTTPServerHandler, @unchecked Sendable {
         guard let token = pendingSubscriptions.removeValue(forKey: connection) else { return }
         subscribers[token, default: []].insert(connection)
         tokenOfConnection[connection] = token
+        subscribedTokens.withLock { $0.insert(token) }
         logger.debug("device subscribed", ["token": Redact.token(token)])
     }
 
@@ -153,6 +159,10 @@ final class SandboxAdmin: HTTPServerHandler, @unchecked Sendable {
         pendingSubscriptions.removeValue(forKey: connection)
         if let token = tokenOfConnection.removeValue(forKey: connection) {
             subscribers[token]?.remove(connection)
+            if subscribers[token]?.isEmpty == true {
+                subscribers.removeValue(forKey: token)
+                subscribedTokens.withLock { _ = $0.remove(token) }
+            }
         }
     }
 
