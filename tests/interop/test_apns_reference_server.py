@@ -9,6 +9,7 @@ import tempfile
 import time
 import urllib.request
 import ssl
+import socket
 
 import pytest
 import trustme
@@ -18,8 +19,7 @@ from conftest import BINARY, free_port
 HERE = os.path.dirname(__file__)
 
 
-@pytest.fixture
-def reference_server():
+def start_reference_server(client_ca=None):
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
     work = tempfile.mkdtemp(prefix="apns-reference-")
@@ -30,21 +30,29 @@ def reference_server():
     cert.cert_chain_pems[0].write_to_path(cert_path)
     cert.private_key_pem.write_to_path(key_path)
     port = free_port()
+    verify = []
+    if client_ca:
+        verify = ["--ca-certs", client_ca, "--verify-mode", "CERT_REQUIRED"]
     process = subprocess.Popen(
         [sys.executable, "-m", "hypercorn", "--bind", f"127.0.0.1:{port}", "--certfile", cert_path, "--keyfile", key_path,
-         "apns_reference_app:app"], cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    context = ssl.create_default_context(cafile=ca_path)
+         *verify, "apns_reference_app:app"], cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 15
     while True:
         try:
-            urllib.request.urlopen(f"https://127.0.0.1:{port}/received", context=context, timeout=1)
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
             break
-        except Exception:
+        except OSError:
             if time.time() > deadline:
                 process.kill()
                 raise RuntimeError("hypercorn did not start: " + process.stdout.read().decode())
             time.sleep(0.2)
-    yield {"url": f"https://127.0.0.1:{port}", "ca": ca_path, "context": context}
+    return process, {"url": f"https://127.0.0.1:{port}", "ca": ca_path, "context": ssl.create_default_context(cafile=ca_path)}
+
+
+@pytest.fixture
+def reference_server():
+    process, server = start_reference_server()
+    yield server
     process.terminate()
     process.wait(timeout=10)
 
@@ -111,3 +119,57 @@ def test_push_reports_apples_reason(reference_server):
     assert out.returncode == 1
     assert "status: 400" in out.stdout
     assert "reason: BadDeviceToken" in out.stdout
+
+
+def test_certificate_authentication_presents_the_client_certificate():
+    """Certificate-based authentication (PEM with key, and .p12) against a server that requires a
+    client certificate signed by a given CA, as APNs does for VoIP services certificates."""
+    client_ca = trustme.CA()
+    client = client_ca.issue_cert("com.example.chat.voip")
+    work = tempfile.mkdtemp(prefix="apns-client-cert-")
+    ca_path = os.path.join(work, "client-ca.pem")
+    cert_path = os.path.join(work, "voip.pem")
+    key_path = os.path.join(work, "voip-key.pem")
+    client_ca.cert_pem.write_to_path(ca_path)
+    client.cert_chain_pems[0].write_to_path(cert_path)
+    client.private_key_pem.write_to_path(key_path)
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+    p12_path = os.path.join(work, "voip.p12")
+    with open(p12_path, "wb") as f:
+        f.write(pkcs12.serialize_key_and_certificates(
+            b"voip", serialization.load_pem_private_key(client.private_key_pem.bytes(), None),
+            x509.load_pem_x509_certificate(client.cert_chain_pems[0].bytes()), None,
+            serialization.BestAvailableEncryption(b"s3cret")))
+
+    process, server = start_reference_server(client_ca=ca_path)
+    try:
+        base = [BINARY, "push", "b2" * 32, "--topic", "com.example.chat", "--url", server["url"], "--ca-file", server["ca"]]
+        with_pem = subprocess.run(base + ["--cert", cert_path, "--cert-key", key_path], capture_output=True, text=True, timeout=60)
+        print(with_pem.stdout, with_pem.stderr)
+        assert with_pem.returncode == 0 and "status: 200" in with_pem.stdout
+        with_p12 = subprocess.run(base + ["--cert", p12_path, "--cert-password", "s3cret"], capture_output=True, text=True, timeout=60)
+        print(with_p12.stdout, with_p12.stderr)
+        assert with_p12.returncode == 0 and "status: 200" in with_p12.stdout
+        received = json.loads(urllib.request.urlopen(
+            urllib.request.Request(server["url"] + "/received"),
+            context=client_context(server["ca"], cert_path, key_path)).read())
+        assert len(received) == 2
+        assert all("authorization" not in r["headers"] for r in received), "no provider token with certificates"
+        # Without a client certificate (a provider token instead) the TLS handshake is refused.
+        key_path_p8, _ = make_key()
+        anonymous = subprocess.run(base + ["--key-file", key_path_p8, "--key-id", "ABC123DEFG", "--team-id", "TEAM123456",
+                                           "--timeout", "5"], capture_output=True, text=True, timeout=60)
+        assert anonymous.returncode == 1
+        assert "reason: Transport" in anonymous.stdout
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def client_context(ca, cert, key):
+    context = ssl.create_default_context(cafile=ca)
+    context.load_cert_chain(cert, key)
+    return context
