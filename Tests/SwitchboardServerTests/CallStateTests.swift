@@ -1,0 +1,112 @@
+import SwitchboardProtocol
+import Testing
+
+@testable import SwitchboardServer
+
+/// The call state machine on its own, with a fixed clock.
+@Suite struct CallStateTests {
+    let t0 = ContinuousClock.now
+
+    func call(_ callees: [String] = ["bob"], busy: Set<String> = [], unreachable: Set<String> = []) -> CallState {
+        CallState(
+            id: "c1", appID: "app", caller: "alice", callerDevice: "a-phone", callees: callees, busy: busy,
+            unreachable: unreachable, now: t0, nowMillis: 1000, ringTimeout: .seconds(45))
+    }
+
+    /// The event types sent to `identity`, in order.
+    func types(_ effects: [CallState.Effect], to identity: String) -> [String] {
+        effects.compactMap { effect in
+            if case .notify(let who, let type, _, _) = effect, who == identity { return type }
+            return nil
+        }
+    }
+
+    enum Step {
+        case answer(String, String), decline(String, String), cancel(String), end(String, String), timeout, reached(String)
+    }
+
+    func run(_ state: inout CallState, _ step: Step) throws -> [CallState.Effect] {
+        switch step {
+        case .answer(let who, let device): try state.answer(by: who, device: device, nowMillis: 2000)
+        case .decline(let who, let device): try state.decline(by: who, device: device, nowMillis: 2000)
+        case .cancel(let who): try state.cancel(by: who, nowMillis: 2000)
+        case .end(let who, let device): try state.end(by: who, device: device, reason: nil, nowMillis: 3000)
+        case .timeout: state.ringTimedOut(nowMillis: 46_000)
+        case .reached(let who): state.reached(callee: who)
+        }
+    }
+
+    // Table: (callees, steps, final outcome, caller history, per-callee history)
+    static let scenarios: [(String, [String], [Step], CallOutcome, HistoryOutcome, [String: HistoryOutcome])] = [
+        ("answered then hung up", ["bob"], [.reached("bob"), .answer("bob", "b-phone"), .end("alice", "a-phone")], .completed, .completed, ["bob": .completed]),
+        ("declined", ["bob"], [.decline("bob", "b-ipad")], .declined, .declined, ["bob": .declined]),
+        ("cancelled while ringing", ["bob"], [.cancel("alice")], .cancelled, .cancelled, ["bob": .missed]),
+        ("nobody answered", ["bob"], [.timeout], .missed, .noAnswer, ["bob": .missed]),
+        ("callee ends while ringing = decline", ["bob"], [.end("bob", "b-phone")], .declined, .declined, ["bob": .declined]),
+        ("caller ends while ringing = cancel", ["bob"], [.end("alice", "a-phone")], .cancelled, .cancelled, ["bob": .missed]),
+        ("group: one declines, one answers", ["bob", "carol"], [.decline("bob", "b-phone"), .answer("carol", "c-phone"), .end("carol", "c-phone")], .completed, .completed, ["bob": .declined, "carol": .completed]),
+        ("group: one answers, the other misses", ["bob", "carol"], [.answer("bob", "b-phone"), .timeout, .end("alice", "a-phone")], .completed, .completed, ["bob": .completed, "carol": .missed]),
+        ("group: everyone declines", ["bob", "carol"], [.decline("bob", "b"), .decline("carol", "c")], .declined, .declined, ["bob": .declined, "carol": .declined]),
+    ]
+
+    @Test(arguments: scenarios.indices)
+    func scenario(index: Int) throws {
+        let (_, callees, steps, outcome, callerHistory, calleeHistory) = Self.scenarios[index]
+        var state = call(callees)
+        _ = state.start(nowMillis: 1000)
+        var effects: [CallState.Effect] = []
+        for step in steps { effects += try run(&state, step) }
+        #expect(state.outcome == outcome)
+        #expect(state.historyOutcome(for: "alice") == callerHistory)
+        for (callee, expected) in calleeHistory { #expect(state.historyOutcome(for: callee) == expected, "\(callee)") }
+        #expect(effects.filter { $0 == .finished }.count == 1, "finished exactly once")
+        #expect(types(effects, to: "alice").last == "call.ended")
+    }
+
+    @Test func theFirstAnswerWinsAndTheOtherDevicesHearAnsweredElsewhere() throws {
+        var state = call()
+        let effects = try state.answer(by: "bob", device: "b-phone", nowMillis: 2000)
+        #expect(effects.contains(.notify(identity: "bob", type: "call.answered_elsewhere", data: ["call_id": "c1", "device": "b-phone"], except: "b-phone")))
+        #expect(types(effects, to: "alice") == ["call.accepted"])
+        #expect(throws: CallError.alreadyAnswered) { try state.answer(by: "bob", device: "b-ipad", nowMillis: 2001) }
+        #expect(try state.answer(by: "bob", device: "b-phone", nowMillis: 2002).isEmpty, "the winner asking again is harmless")
+    }
+
+    @Test func aDeclineElsewhereReachesTheOtherDevicesAndEndsAOneToOneCall() throws {
+        var state = call()
+        let effects = try state.decline(by: "bob", device: "b-ipad", nowMillis: 2000)
+        #expect(effects.contains(.notify(identity: "bob", type: "call.declined_elsewhere", data: ["call_id": "c1", "device": "b-ipad"], except: "b-ipad")))
+        #expect(state.outcome == .declined)
+        #expect(throws: CallError.self) { try state.answer(by: "bob", device: "b-phone", nowMillis: 2001) }
+    }
+
+    @Test func theCallerHearsRingingOnceAndCancelsWithMissedCallNoticesOnly() throws {
+        var state = call(["bob", "carol"])
+        #expect(types(state.reached(callee: "bob"), to: "alice") == ["call.ringing"])
+        #expect(state.reached(callee: "carol").isEmpty)
+        let effects = try state.cancel(by: "alice", nowMillis: 2000)
+        #expect(effects.contains(.missedCallAlert(identity: "bob")))
+        #expect(effects.contains(.missedCallAlert(identity: "carol")))
+        #expect(types(effects, to: "bob") == ["call.cancelled", "call.ended"])
+        #expect(throws: CallError.notParticipant) { try state.cancel(by: "bob", nowMillis: 2001) }
+    }
+
+    @Test func busyAndUnreachableCalleesEndTheCallAtOnce() {
+        var busy = call(busy: ["bob"])
+        let effects = busy.start(nowMillis: 1000)
+        #expect(busy.outcome == .busy)
+        #expect(types(effects, to: "alice") == ["call.busy", "call.ended"])
+        var nobody = call(unreachable: ["bob"])
+        _ = nobody.start(nowMillis: 1000)
+        #expect(nobody.outcome == .failed)
+        var partly = call(["bob", "carol"], busy: ["bob"])
+        _ = partly.start(nowMillis: 1000)
+        #expect(partly.isRinging, "carol still rings")
+    }
+
+    @Test func strangersCannotActOnACall() {
+        var state = call()
+        #expect(throws: CallError.notParticipant) { try state.answer(by: "mallory", device: "m", nowMillis: 2000) }
+        #expect(throws: CallError.notParticipant) { try state.end(by: "mallory", device: "m", reason: nil, nowMillis: 2000) }
+    }
+}
