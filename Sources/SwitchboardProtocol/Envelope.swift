@@ -49,4 +49,11 @@ public enum MessageType {
     public static let roomSetMetadata = "room.set_metadata"
     public static let signal = "signal"
     public static let data = "data"
+    public static let callCreate = "call.create"
+    public static let callAnswer = "call.answer"
+    public static let callDecline = "call.decline"
+    public static let callCancel = "call.cancel"
+    public static let callEnd = "call.end"
+    /// The device shows the ringing call (CallKit reported it): goes in the trace.
+    public static let callAck = "call.ack"
 }

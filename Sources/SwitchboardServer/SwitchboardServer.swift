@@ -33,6 +33,8 @@ public final class SwitchboardServer: Sendable {
     public static func start(_ configuration: ServerConfiguration, logger: Logger = Logger()) throws -> SwitchboardServer {
         let metrics = Metrics()
         let store = try Store(directory: configuration.dataDirectory, metrics: metrics, logger: logger)
+        let interrupted = try store.failInterruptedCalls(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
+        if interrupted > 0 { logger.warning("calls interrupted by a restart ended as failed", ["count": String(interrupted)]) }
         let server = try SwitchboardServer(configuration: configuration, store: store, metrics: metrics, logger: logger)
         logger.info(
             "listening",
@@ -68,6 +70,7 @@ public final class SwitchboardServer: Sendable {
         http.loop.execute { gateway.drain(grace: grace) { drained.signal() } }
         drained.wait()
         http.stop()
+        gateway.hub.push.shutdown()
         store.close()
         logger.info("stopped")
     }

@@ -50,8 +50,9 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
 
 /// One SQLite connection with a cache of prepared statements.
 ///
-/// Not thread-safe: the owner (the store) serialises use.
-public final class SQLiteDatabase {
+/// Not thread-safe: the owner serialises use. `@unchecked Sendable` so a lock (the store's
+/// `Mutex`) can hand it to the code running under that lock.
+public final class SQLiteDatabase: @unchecked Sendable {
     private var handle: OpaquePointer?
     private var statements: [String: OpaquePointer] = [:]
     public let path: String

@@ -6,10 +6,13 @@ enum AppCommand {
     static let help = """
         USAGE: switchboard app create --name NAME --bundle-id BUNDLE_ID [--data-dir DIR]
                switchboard app list [--data-dir DIR]
+               switchboard app push-key --api-key KEY --key-file AuthKey.p8 --key-id KEY_ID --team-id TEAM_ID [--data-dir DIR]
 
         create  Creates an app and prints it as JSON, with its API key and secret.
                 The secret is printed this once; store it in your backend's secrets.
         list    Lists the apps as JSON, secrets redacted.
+        push-key
+                Sets the APNs signing key the server uses for the app's pushes (stored, never shown).
 
         OPTIONS:
           --name NAME            The app's name.
@@ -19,7 +22,7 @@ enum AppCommand {
         """
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let parsed = try Arguments(arguments, valued: ["name", "bundle-id", "data-dir"])
+        let parsed = try Arguments(arguments, valued: ["name", "bundle-id", "data-dir", "api-key", "key-file", "key-id", "team-id"])
         if parsed.has("help") || parsed.positionals.isEmpty {
             print(help)
             return parsed.has("help") ? 0 : 2
@@ -52,6 +55,18 @@ enum AppCommand {
                 return redacted
             }
             print(String(decoding: try encoder.encode(apps), as: UTF8.self))
+            return 0
+        case "push-key":
+            let store = try Store(directory: dataDirectory)
+            defer { store.close() }
+            let apiKey = try parsed.required("api-key")
+            guard let app = store.app(apiKey: apiKey) else { throw UsageError("no app with API key \(apiKey)") }
+            let file = try parsed.required("key-file")
+            guard let pem = try? String(contentsOfFile: file, encoding: .utf8) else { throw UsageError("cannot read \(file)") }
+            _ = try ECPrivateKey(pem: pem)
+            try store.setPushSettings(
+                AppPushSettings(keyPEM: pem, keyID: try parsed.required("key-id"), teamID: try parsed.required("team-id")), appID: app.id)
+            print("APNs key \(try parsed.required("key-id")) set for \(app.name) (\(app.id))")
             return 0
         default:
             throw UsageError("unknown app command '\(parsed.positionals[0])'")

@@ -27,6 +27,10 @@ public struct ServerConfiguration: Sendable {
     /// coturn's `static-auth-secret`. Never logged.
     public var turnSecret: String?
     public var turnTTLSeconds = 3600
+    /// Send APNs requests here instead of Apple's hosts (the local sandbox).
+    public var apnsURL: String?
+    /// A CA file to trust for APNs (the sandbox's certificate).
+    public var apnsCAFile: String?
     public var limits = Limits()
 
     /// Named limits; docs/configuration.md gives each one's meaning.
@@ -52,6 +56,10 @@ public struct ServerConfiguration: Sendable {
         public var messageBurst = 200
         public var resumeGraceSeconds = 20
         public var resumeBufferEvents = 256
+        public var ringTimeoutSeconds = 45
+        public var maxCallees = 16
+        public var invitesPerMinute = 30
+        public var invitesPerPairPerMinute = 10
         public init() {}
     }
 
@@ -157,6 +165,16 @@ public struct ServerConfiguration: Sendable {
             config.turnSecret = text.isEmpty ? nil : text
         },
         int("turn_ttl_seconds", "Lifetime of TURN credentials.", 1...(7 * 86400), \.turnTTLSeconds),
+        Setting(name: "apns_url", summary: "Send pushes to this APNs host instead of Apple's (the local sandbox).") { config, text in
+            config.apnsURL = text.isEmpty ? nil : text
+        },
+        Setting(name: "apns_ca_file", summary: "A PEM certificate to trust for APNs (the sandbox's).") { config, text in
+            config.apnsCAFile = text.isEmpty ? nil : text
+        },
+        int("ring_timeout_seconds", "How long a call rings before it is missed (5-180; per call too).", 5...180, \.limits.ringTimeoutSeconds),
+        int("max_callees", "Most users one call may ring.", 1...256, \.limits.maxCallees),
+        int("invites_per_minute", "Calls one user may start per minute.", 1...10_000, \.limits.invitesPerMinute),
+        int("invites_per_pair_per_minute", "Calls one user may make to the same user per minute.", 1...10_000, \.limits.invitesPerPairPerMinute),
     ]
 
     private static func list(_ text: String) -> [String] {
@@ -206,6 +224,10 @@ public struct ServerConfiguration: Sendable {
             "resume_buffer_events": String(limits.resumeBufferEvents),
             "dev_tokens": "false", "turn_urls": "none", "stun_urls": "none", "turn_secret": "none",
             "turn_ttl_seconds": String(defaults.turnTTLSeconds),
+            "apns_url": "Apple's hosts", "apns_ca_file": "none",
+            "ring_timeout_seconds": String(limits.ringTimeoutSeconds), "max_callees": String(limits.maxCallees),
+            "invites_per_minute": String(limits.invitesPerMinute),
+            "invites_per_pair_per_minute": String(limits.invitesPerPairPerMinute),
         ]
     }
 

@@ -68,7 +68,10 @@ public final class APNsClient: Sendable {
     /// Sends one push. Retries 429 and 5xx answers with backoff until `deadline` (a ring never
     /// outlives its expiry), and an `ExpiredProviderToken` once with a new token. Never throws:
     /// every outcome is a `PushResult`.
-    public func send(_ notification: PushNotification, deadline: ContinuousClock.Instant? = nil) async -> PushResult {
+    public func send(
+        _ notification: PushNotification, deadline: ContinuousClock.Instant? = nil,
+        stillWanted: @escaping @Sendable () -> Bool = { true }
+    ) async -> PushResult {
         let started = ContinuousClock.now
         let apnsID = (notification.id ?? UUID()).uuidString.lowercased()
         let deadline = deadline ?? started + .seconds(30)
@@ -107,6 +110,7 @@ public final class APNsClient: Sendable {
                 }
                 headers.append(("authorization", "bearer " + token!.jwt))
             }
+            if attempts > 0 && !stillWanted() { return result(lastAnswer?.status ?? 0, .withdrawn, attempts) }
             let remaining = deadline - .now
             guard remaining > .zero else {
                 // Out of time between retries: report what APNs said last.

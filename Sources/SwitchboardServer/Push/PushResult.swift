@@ -19,6 +19,10 @@ public enum PushFailureReason: Sendable, Equatable, CustomStringConvertible {
     case transport(String)
     /// The retry deadline passed before a definite answer.
     case deadlineExceeded
+    /// The app has no APNs key configured.
+    case notConfigured
+    /// The sender stopped wanting it (the call stopped ringing) before it went out again.
+    case withdrawn
     case unknown(String)
 
     /// Apple's reason string for this case.
@@ -57,6 +61,8 @@ public enum PushFailureReason: Sendable, Equatable, CustomStringConvertible {
         case .shutdown: "Shutdown"
         case .transport: "Transport"
         case .deadlineExceeded: "DeadlineExceeded"
+        case .notConfigured: "NotConfigured"
+        case .withdrawn: "Withdrawn"
         case .unknown(let reason): reason
         }
     }
@@ -104,7 +110,7 @@ public enum PushFailureReason: Sendable, Equatable, CustomStringConvertible {
     public var isConfigurationError: Bool {
         switch self {
         case .deviceTokenNotForTopic, .topicDisallowed, .badCertificate, .badCertificateEnvironment,
-            .invalidProviderToken, .missingProviderToken, .forbidden, .unrelatedKeyIDInToken, .badTopic:
+            .invalidProviderToken, .missingProviderToken, .forbidden, .unrelatedKeyIDInToken, .badTopic, .notConfigured:
             true
         default: false
         }

@@ -17,8 +17,11 @@ public final class PushService: Sendable {
         self.clock = clock
     }
 
-    public func send(_ notification: PushNotification, deadline: ContinuousClock.Instant? = nil) async -> PushResult {
-        let result = await client.send(notification, deadline: deadline)
+    public func send(
+        _ notification: PushNotification, deadline: ContinuousClock.Instant? = nil,
+        stillWanted: @escaping @Sendable () -> Bool = { true }
+    ) async -> PushResult {
+        let result = await client.send(notification, deadline: deadline, stillWanted: stillWanted)
         if let failure = result.failure, failure.invalidatesToken {
             var since: Date?
             if case .unregistered(let timestamp) = failure { since = timestamp }

@@ -2,21 +2,35 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardSystem
 
-/// Owns sessions and rooms. Runs on the event loop thread only: the gateway calls it from
-/// transport callbacks, timers call it from the loop.
-final class Hub {
+/// Owns sessions, rooms and calls. Runs on the event loop thread only: the gateway calls it
+/// from transport callbacks, timers call it from the loop.
+///
+/// Safety of `@unchecked Sendable`: confined to the loop thread; work from other threads (push
+/// results) reaches it only through `transport.loop.execute`.
+final class Hub: @unchecked Sendable {
     /// What a new connection asks for when it wants its old session back.
     struct ResumeRequest {
         var token: String
         var lastSequence: UInt64
     }
 
+    let store: Store
+    let push: PushRouter
+    /// Sessions by app and identity (for call events to every device of a user).
+    var sessionsByUser: [String: [Session]] = [:]
+    var calls: [String: ActiveCall] = [:]
+    var callIdempotency: [String: String] = [:]
+    var callRooms: [RoomKey: Set<String>] = [:]
+    var inviteLog: [String: [ContinuousClock.Instant]] = [:]
+    /// Calls still ringing, readable from push tasks on other threads.
+    let ringingCalls = RingingSet()
+
     let configuration: ServerConfiguration
     let metrics: Metrics
     let logger: Logger
     let turn: TurnService
     weak var transport: HTTPServer?
-    private(set) var rooms: RoomDirectory
+    var rooms: RoomDirectory
     private var sessions: [String: Session] = [:]
     private var byConnection: [ConnectionID: Session] = [:]
     private var byResumeToken: [String: Session] = [:]
@@ -28,10 +42,14 @@ final class Hub {
     }()
     private let decoder = JSONDecoder()
 
-    init(configuration: ServerConfiguration, metrics: Metrics, logger: Logger) {
+    init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger) {
         self.configuration = configuration
+        self.store = store
         self.metrics = metrics
         self.logger = logger
+        push = PushRouter(
+            store: store, metrics: metrics, logger: logger.with("component", "push"), baseURL: configuration.apnsURL,
+            caFile: configuration.apnsCAFile)
         let limits = configuration.limits
         rooms = RoomDirectory(
             settings: .init(
@@ -40,9 +58,9 @@ final class Hub {
         turn = configuration.turnService
     }
 
-    private var now: ContinuousClock.Instant { .now }
+    var now: ContinuousClock.Instant { .now }
 
-    private static func wallMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+    static func wallMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
     /// Sessions attached to a connection or waiting in their grace period.
     var sessionCount: Int { sessions.count }
@@ -50,7 +68,7 @@ final class Hub {
     // MARK: Connections
 
     /// A connection authenticated as `claims` opened; starts or resumes its session.
-    func connected(_ connection: ConnectionID, claims: AccessTokenClaims, app: App, resume: ResumeRequest?) {
+    func connected(_ connection: ConnectionID, claims: AccessTokenClaims, app: App, resume: ResumeRequest?, deviceID: String?) {
         metrics.increment("switchboard_connections_total")
         metrics.add("switchboard_connections", 1)
         var resumeFailed = false
@@ -72,15 +90,20 @@ final class Hub {
             logCapacity: limits.resumeBufferEvents,
             rate: TokenBucket(rate: limits.messagesPerSecond, burst: limits.messageBurst, now: now))
         session.connection = connection
+        session.deviceID = deviceID
         sessions[session.peerID] = session
         byConnection[connection] = session
         byResumeToken[session.resumeToken] = session
+        sessionsByUser[Self.userKey(app.id, claims.sub), default: []].append(session)
         logger.info("session opened", ["peer": session.peerID, "app": app.id, "identity": claims.sub, "conn": connection.description])
         let welcome = SessionWelcome(
             peerID: session.peerID, identity: claims.sub, resumeToken: session.resumeToken,
             serverTime: Self.wallMillis(), limits: sessionLimits, resumeFailed: resumeFailed)
         sendControl(MessageType.sessionWelcome, welcome, to: session)
+        offerRingingCalls(to: session)
     }
+
+    static func userKey(_ appID: String, _ identity: String) -> String { appID + "\u{0}" + identity }
 
     private var sessionLimits: SessionLimits {
         let limits = configuration.limits
@@ -139,6 +162,7 @@ final class Hub {
         }
         session.rooms.removeAll()
         sessions.removeValue(forKey: session.peerID)
+        sessionsByUser[Self.userKey(session.app.id, session.identity)]?.removeAll { $0 === session }
         byResumeToken.removeValue(forKey: session.resumeToken)
         if let connection = session.connection {
             byConnection.removeValue(forKey: connection)
@@ -206,7 +230,8 @@ final class Hub {
         case MessageType.roomJoin:
             let request: RoomJoinRequest = try decodeData(bytes)
             try Self.validateRoomName(request.room)
-            guard session.claims.grants.allowsJoining(room: request.room) else {
+            let callRoom = callRooms[RoomKey(appID: session.app.id, name: request.room)]?.contains(session.identity) == true
+            guard session.claims.grants.allowsJoining(room: request.room) || callRoom else {
                 throw ErrorBody(.forbidden, "your token does not grant joining room '\(request.room)'")
             }
             if let metadata = request.metadata { try checkSize(metadata, what: "metadata") }
@@ -264,6 +289,13 @@ final class Hub {
             do {
                 return Outcome(effects: try rooms.setMetadata(RoomKey(appID: session.app.id, name: request.room), request.metadata))
             } catch { throw error.body }
+
+        case MessageType.callCreate:
+            let request: CallCreateRequest = try decodeData(bytes)
+            return Outcome(reply: try createCall(request, caller: session.claims, app: session.app, device: session.deviceKey))
+        case MessageType.callAnswer, MessageType.callDecline, MessageType.callCancel, MessageType.callEnd, MessageType.callAck:
+            let request: CallActionRequest = try decodeData(bytes)
+            return Outcome(reply: try callAction(type, request, identity: session.identity, app: session.app, device: session.deviceKey))
 
         default:
             throw ErrorBody(.unknownType, "unknown message type '\(type.prefix(64))'")
@@ -328,7 +360,7 @@ final class Hub {
 
     // MARK: Effects and sending
 
-    private func apply(_ effects: [RoomDirectory.Effect]) {
+    func apply(_ effects: [RoomDirectory.Effect]) {
         for effect in effects {
             switch effect {
             case .send(let event, let peerID):
@@ -352,7 +384,7 @@ final class Hub {
     }
 
     /// Sends a sequenced event: logged for replay, delivered now if attached.
-    private func sendEvent(_ type: String, _ data: JSONValue, to session: Session) {
+    func sendEvent(_ type: String, _ data: JSONValue, to session: Session) {
         session.lastSequence += 1
         guard let bytes = try? encoder.encode(Envelope(type: type, seq: session.lastSequence, data: data)) else { return }
         let frame = OutboundFrame(bytes)
@@ -383,7 +415,7 @@ final class Hub {
         var data: T
     }
 
-    private func decodeData<T: Decodable>(_ bytes: [UInt8]) throws(ErrorBody) -> T {
+    func decodeData<T: Decodable>(_ bytes: [UInt8]) throws(ErrorBody) -> T {
         do {
             return try decoder.decode(RequestData<T>.self, from: Data(bytes)).data
         } catch {
@@ -391,14 +423,14 @@ final class Hub {
         }
     }
 
-    private func checkSize(_ value: JSONValue, what: String) throws(ErrorBody) {
+    func checkSize(_ value: JSONValue, what: String) throws(ErrorBody) {
         let size = (try? encoder.encode(value).count) ?? Int.max
         guard size <= configuration.limits.maxDataBytes else {
             throw ErrorBody(.payloadTooLarge, "\(what) is \(size) bytes; the limit is \(configuration.limits.maxDataBytes)")
         }
     }
 
-    private func jsonValue(_ value: some Encodable) -> JSONValue {
+    func jsonValue(_ value: some Encodable) -> JSONValue {
         (try? encoder.encode(value)).flatMap { try? decoder.decode(JSONValue.self, from: $0) } ?? .null
     }
 

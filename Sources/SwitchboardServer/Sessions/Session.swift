@@ -20,6 +20,11 @@ final class Session {
     var rooms: Set<String> = []
     var graceTimer: TimerID?
     var rate: TokenBucket
+    /// The registered device this connection belongs to (`device_id` on `/v1/ws`), if any.
+    var deviceID: String?
+
+    /// How call events address this connection's device.
+    var deviceKey: String { deviceID ?? "session:" + peerID }
 
     init(peerID: String, app: App, claims: AccessTokenClaims, resumeToken: String, logCapacity: Int, rate: TokenBucket) {
         self.peerID = peerID

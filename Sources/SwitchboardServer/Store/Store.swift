@@ -32,6 +32,76 @@ public final class Store: Sendable {
             disabled_reason TEXT
         );
         """,
+        """
+        CREATE TABLE devices (
+            app_id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            device_id TEXT NOT NULL,
+            platform TEXT NOT NULL,
+            voip_token TEXT,
+            apns_token TEXT,
+            environment TEXT NOT NULL,
+            bundle_id TEXT,
+            callkit_enabled INTEGER NOT NULL,
+            app_version TEXT,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (app_id, user_id, device_id)
+        );
+        CREATE INDEX devices_voip ON devices (app_id, voip_token);
+        CREATE INDEX devices_apns ON devices (app_id, apns_token);
+        CREATE TABLE app_push (
+            app_id TEXT PRIMARY KEY,
+            key_pem TEXT NOT NULL,
+            key_id TEXT NOT NULL,
+            team_id TEXT NOT NULL,
+            updated_at INTEGER NOT NULL
+        );
+        CREATE TABLE blocked (
+            app_id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            blocked_id TEXT NOT NULL,
+            PRIMARY KEY (app_id, user_id, blocked_id)
+        );
+        CREATE TABLE calls (
+            id TEXT PRIMARY KEY,
+            app_id TEXT NOT NULL,
+            caller TEXT NOT NULL,
+            callees TEXT NOT NULL,
+            state TEXT NOT NULL,
+            summary TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            idempotency_key TEXT
+        );
+        CREATE UNIQUE INDEX calls_idempotency ON calls (app_id, caller, idempotency_key);
+        CREATE TABLE call_history (
+            app_id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            direction TEXT NOT NULL,
+            peers TEXT NOT NULL,
+            video INTEGER NOT NULL,
+            created_at INTEGER NOT NULL,
+            answered_at INTEGER,
+            ended_at INTEGER,
+            duration_ms INTEGER NOT NULL,
+            outcome TEXT NOT NULL,
+            end_reason TEXT,
+            ended_by TEXT,
+            PRIMARY KEY (app_id, user_id, call_id)
+        );
+        CREATE INDEX call_history_user ON call_history (app_id, user_id, created_at);
+        CREATE TABLE call_trace (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            call_id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            device_id TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            event TEXT NOT NULL,
+            at INTEGER NOT NULL,
+            detail TEXT
+        );
+        CREATE INDEX call_trace_call ON call_trace (call_id, seq);
+        """,
     ]
 
     public let path: String
@@ -76,6 +146,39 @@ public final class Store: Sendable {
             }
             logger.info("store migrated", ["version": String(version + 1)])
         }
+    }
+
+    /// Runs `body` on the writer queue later, in order with every other write; errors are logged.
+    /// For writes the caller need not wait for (call records, traces).
+    public func enqueue(_ what: String, _ body: @escaping @Sendable (SQLiteDatabase) throws -> Void) {
+        queue.async { [self] in
+            writer.withLock { database in
+                guard let database else {
+                    logger.error("store write after close", ["what": what])
+                    return
+                }
+                do {
+                    try database.transaction { try body(database) }
+                    metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"])
+                } catch {
+                    metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
+                    logger.error("store write failed", ["what": what, "error": "\(error)"])
+                }
+            }
+        }
+    }
+
+    /// Runs a read on the read connection.
+    public func read<T>(_ body: (SQLiteDatabase) throws -> T) throws -> T {
+        try reader.withLock { database in
+            guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
+            return try body(database)
+        }
+    }
+
+    /// Waits until every queued write is done (tests, shutdown).
+    public func flush() {
+        queue.sync {}
     }
 
     /// Runs `body` with the write connection on the writer queue and waits for it.

@@ -21,7 +21,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     let verifier: AccessTokenVerifier
     private(set) weak var server: HTTPServer?
     let hub: Hub
-    private var authenticated: [ConnectionID: (AccessTokenClaims, App, Hub.ResumeRequest?)] = [:]
+    private var authenticated: [ConnectionID: (AccessTokenClaims, App, Hub.ResumeRequest?, String?)] = [:]
     private var echoConnections: Set<ConnectionID> = []
     private(set) var draining = false
     private let staticFiles: StaticFiles
@@ -41,7 +41,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             maxTokenBytes: configuration.limits.maxTokenBytes,
             leewaySeconds: Int64(configuration.limits.tokenLeewaySeconds))
         staticFiles = StaticFiles(root: configuration.webRoot)
-        hub = Hub(configuration: configuration, metrics: metrics, logger: logger)
+        hub = Hub(configuration: configuration, store: store, metrics: metrics, logger: logger)
     }
 
     func attach(to server: HTTPServer) {
@@ -89,6 +89,12 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             return ("/v1/turn", methodNotAllowed(allowed: "GET"))
         case (_, let path) where path == "/v1/rooms" || path.hasPrefix("/v1/rooms/"):
             return routeRooms(request)
+        case (_, let path) where path == "/v1/devices" || path.hasPrefix("/v1/devices/"):
+            return routeDevices(request)
+        case (_, "/v1/users/me/blocked"):
+            return routeBlocked(request)
+        case (_, let path) where path == "/v1/calls" || path.hasPrefix("/v1/calls/"):
+            return routeCalls(request)
         case (_, "/v1/ws"), (_, "/v1/echo"):
             return (request.path, failure(426, ErrorBody(.badRequest, "this endpoint needs a WebSocket upgrade"), headers: [("upgrade", "websocket")]))
         case (_, let path) where path == "/v1" || path.hasPrefix("/v1/"):
@@ -166,7 +172,8 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
                 if let resumeToken = request.query["resume_token"], !resumeToken.isEmpty {
                     resume = Hub.ResumeRequest(token: resumeToken, lastSequence: UInt64(request.query["last_seq"] ?? "") ?? 0)
                 }
-                authenticated[connection] = (claims, app, resume)
+                let deviceID = request.query["device_id"].flatMap { $0.isEmpty || $0.utf8.count > 128 ? nil : $0 }
+                authenticated[connection] = (claims, app, resume, deviceID)
                 return .accept(tag: Endpoint.signaling.rawValue)
             } catch {
                 metrics.increment("switchboard_connections_refused_total", ["reason": error.code.rawValue])
@@ -188,8 +195,8 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     func webSocketOpened(_ connection: ConnectionID, tag: Int) {
         switch Endpoint(rawValue: tag) {
         case .signaling:
-            guard let (claims, app, resume) = authenticated.removeValue(forKey: connection) else { return }
-            hub.connected(connection, claims: claims, app: app, resume: resume)
+            guard let (claims, app, resume, deviceID) = authenticated.removeValue(forKey: connection) else { return }
+            hub.connected(connection, claims: claims, app: app, resume: resume, deviceID: deviceID)
         case .echo:
             echoConnections.insert(connection)
         case nil:

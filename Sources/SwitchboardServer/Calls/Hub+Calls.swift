@@ -1,0 +1,356 @@
+import Foundation
+import Synchronization
+import SwitchboardProtocol
+import SwitchboardSystem
+
+/// A call the hub is running.
+final class ActiveCall {
+    var state: CallState
+    let request: CallCreateRequest
+    let media: CallMedia
+    let callerName: String
+    let handle: String
+    var ringTimer: TimerID?
+
+    init(state: CallState, request: CallCreateRequest, media: CallMedia, callerName: String, handle: String) {
+        self.state = state
+        self.request = request
+        self.media = media
+        self.callerName = callerName
+        self.handle = handle
+    }
+
+    var video: Bool { request.video ?? false }
+}
+
+/// Call ids still ringing, shared with push tasks (no push retry once a call stops ringing).
+final class RingingSet: Sendable {
+    private let ids = Mutex<Set<String>>([])
+    func insert(_ id: String) { _ = ids.withLock { $0.insert(id) } }
+    func remove(_ id: String) { _ = ids.withLock { $0.remove(id) } }
+    func contains(_ id: String) -> Bool { ids.withLock { $0.contains(id) } }
+}
+
+extension Hub {
+    // MARK: Creating a call
+
+    /// Starts a call from `caller` and rings every device of every callee. Returns the call.
+    func createCall(_ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?) throws(ErrorBody) -> JSONValue {
+        let limits = configuration.limits
+        guard caller.grants.call == true else { throw ErrorBody(.forbidden, "your token has no call grant") }
+        let callees = request.callees.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+        guard !callees.isEmpty, callees.count <= limits.maxCallees else {
+            throw ErrorBody(.badRequest, "callees must name 1 to \(limits.maxCallees) users")
+        }
+        guard callees.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 256 }), !callees.contains(caller.sub) else {
+            throw ErrorBody(.badRequest, "callees are other users' identities (1-256 bytes)")
+        }
+        let timeout = request.ringTimeoutSeconds ?? limits.ringTimeoutSeconds
+        guard (5...180).contains(timeout) else { throw ErrorBody(.badRequest, "ring_timeout_seconds must be 5 to 180") }
+        if let metadata = request.metadata { try checkSize(metadata, what: "metadata") }
+        if case .external(let descriptor) = request.media { try checkSize(descriptor, what: "media descriptor") }
+
+        // A retried request with the same idempotency key gets the same call.
+        let idempotency = request.idempotencyKey.map { Self.userKey(app.id, caller.sub) + "\u{0}" + $0 }
+        if let idempotency, let existing = callIdempotency[idempotency] {
+            if let call = calls[existing] { return describe(call) }
+            if let stored = try? store.callSummary(id: existing, appID: app.id) { return stored.summary }
+        }
+
+        // Who may ring whom: block lists, then rate limits. A refused invite sends nothing.
+        for callee in callees where (try? store.isBlocked(caller.sub, by: callee, appID: app.id)) == true {
+            metrics.increment("switchboard_calls_refused_total", ["reason": "blocked"])
+            throw ErrorBody(.forbidden, "\(callee) does not accept calls from you")
+        }
+        let now = self.now
+        func allowed(_ key: String, _ limit: Int) -> Bool {
+            let recent = (inviteLog[key] ?? []).filter { now - $0 < .seconds(60) }
+            inviteLog[key] = recent
+            return recent.count < limit
+        }
+        let callerKey = "caller\u{0}" + Self.userKey(app.id, caller.sub)
+        guard allowed(callerKey, limits.invitesPerMinute),
+            callees.allSatisfy({ allowed(callerKey + "\u{0}" + $0, limits.invitesPerPairPerMinute) })
+        else {
+            metrics.increment("switchboard_calls_refused_total", ["reason": "rate_limited"])
+            throw ErrorBody(.rateLimited, "too many calls; try again in a minute")
+        }
+        inviteLog[callerKey, default: []].append(now)
+        for callee in callees { inviteLog[callerKey + "\u{0}" + callee, default: []].append(now) }
+
+        // Busy (already in an answered call) and unreachable (no device, no connection).
+        var devices: [String: [Device]] = [:]
+        var busy: Set<String> = []
+        var unreachable: Set<String> = []
+        for callee in callees {
+            devices[callee] = (try? store.devices(appID: app.id, userID: callee)) ?? []
+            let connected = !(sessionsByUser[Self.userKey(app.id, callee)] ?? []).isEmpty
+            if !connected && !devices[callee]!.contains(where: { Self.ringable($0) }) { unreachable.insert(callee) }
+            if (request.busyPolicy ?? .reject) == .reject && isInCall(callee, appID: app.id) { busy.insert(callee) }
+        }
+
+        let id = RandomID.uuid().uuidString.lowercased()
+        let media: CallMedia
+        switch request.media {
+        case .external(let descriptor): media = .external(descriptor)
+        case .room(let name) where !name.isEmpty: media = .room(name)
+        default: media = .room("call-" + id)
+        }
+        let state = CallState(
+            id: id, appID: app.id, caller: caller.sub, callerDevice: device, callees: callees, busy: busy,
+            unreachable: unreachable, now: now, nowMillis: Self.wallMillis(), ringTimeout: .seconds(timeout))
+        let call = ActiveCall(
+            state: state, request: request, media: media,
+            callerName: String((request.callerName ?? caller.name ?? caller.sub).prefix(256)),
+            handle: String((request.handle ?? caller.sub).prefix(256)))
+        calls[id] = call
+        if let idempotency { callIdempotency[idempotency] = id }
+        if case .room(let name) = media {
+            let key = RoomKey(appID: app.id, name: name)
+            callRooms[key] = Set([caller.sub] + callees)
+            if rooms.room(key) == nil, let effects = try? rooms.create(key, now: now, wallMillis: Self.wallMillis()) {
+                apply(effects)
+            }
+        }
+        metrics.increment("switchboard_calls_total")
+        logger.info("call created", ["call": id, "app": app.id, "caller": caller.sub, "callees": callees.joined(separator: ",")])
+
+        let startEffects = call.state.start(nowMillis: Self.wallMillis())
+        store.saveCall(call.state, idempotencyKey: request.idempotencyKey)
+        if call.state.isRinging {
+            ringingCalls.insert(id)
+            call.ringTimer = transport?.loop.schedule(after: .seconds(timeout)) { [weak self] in
+                guard let self, let call = self.calls[id] else { return }
+                self.perform(call, call.state.ringTimedOut(nowMillis: Self.wallMillis()))
+            }
+            for callee in call.state.ringingCallees {
+                ring(callee, call: call, devices: devices[callee] ?? [])
+            }
+        }
+        perform(call, startEffects)
+        return describe(call)
+    }
+
+    /// Whether a device can be rung without a connection.
+    static func ringable(_ device: Device) -> Bool {
+        device.platform == "ios" && ((device.callKitEnabled && device.voipToken != nil) || device.apnsToken != nil)
+    }
+
+    /// In a call that was answered, as caller or as an answering callee.
+    func isInCall(_ identity: String, appID: String) -> Bool {
+        calls.values.contains { call in
+            call.state.appID == appID && call.state.answeredAtMillis != nil && !call.state.isEnded
+                && (call.state.caller == identity || call.state.status[identity] == .accepted)
+        }
+    }
+
+    // MARK: Ringing
+
+    /// The invite, as the callee's devices get it (event and VoIP payload alike).
+    func invitation(_ call: ActiveCall) -> [String: JSONValue] {
+        let state = call.state
+        var invite: [String: JSONValue] = [
+            "call_id": .string(state.id),
+            "caller": ["identity": .string(state.caller), "name": .string(call.callerName), "handle": .string(call.handle)],
+            "callees": .array(state.callees.map(JSONValue.string)), "video": .bool(call.video),
+            "created_at": .int(state.createdAtMillis), "ring_expires_at": .int(state.ringExpiresAtMillis),
+            "media": jsonValue(call.media),
+        ]
+        if let metadata = call.request.metadata { invite["metadata"] = metadata }
+        return invite
+    }
+
+    /// Rings one callee: its connections at once, and its iPhones by push.
+    func ring(_ callee: String, call: ActiveCall, devices: [Device]) {
+        let state = call.state
+        let invite = invitation(call)
+        let nowMillis = Self.wallMillis()
+        for session in sessionsByUser[Self.userKey(state.appID, callee)] ?? [] {
+            sendEvent("call.incoming", .object(invite), to: session)
+            store.trace(
+                callID: state.id, user: callee, device: session.deviceKey, channel: "websocket",
+                event: session.connection == nil ? "queued_for_resume" : "delivered", atMillis: nowMillis)
+            if session.connection != nil { perform(call, call.state.reached(callee: callee)) }
+        }
+        for device in devices where device.platform == "ios" {
+            if device.callKitEnabled, let token = device.voipToken {
+                sendPush(.voip, to: device, token: token, callee: callee, call: call, payload: voipPayload(call, invite: invite))
+            } else if let token = device.apnsToken {
+                // No CallKit (mainland China, or turned off): the invite rings as a visible alert.
+                let alert: JSONValue = [
+                    "aps": ["alert": ["title": "Incoming call", "body": .string(call.callerName)], "sound": "default"],
+                    "call_id": .string(state.id), "caller": invite["caller"] ?? .null, "video": .bool(call.video),
+                    "ring_expires_at": .int(state.ringExpiresAtMillis),
+                ]
+                sendPush(.alert, to: device, token: token, callee: callee, call: call, payload: alert)
+            }
+        }
+    }
+
+    /// The VoIP payload: the invite plus the keys apps written like the seeds read (`UUID`,
+    /// `handle`, `hasVideo`), kept under APNs' 5120 bytes by shortening display fields.
+    func voipPayload(_ call: ActiveCall, invite: [String: JSONValue]) -> JSONValue {
+        var payload = invite
+        payload["UUID"] = .string(call.state.id.uppercased())
+        payload["handle"] = .string(call.handle)
+        payload["hasVideo"] = .bool(call.video)
+        func size(_ value: [String: JSONValue]) -> Int { (try? JSONEncoder().encode(JSONValue.object(value)).count) ?? .max }
+        if size(payload) > 5000 { payload.removeValue(forKey: "metadata") }
+        if size(payload) > 5000 { payload["media"] = ["type": .string({ if case .room = call.media { "room" } else { "external" } }())] }
+        if size(payload) > 5000 {
+            payload["caller"] = [
+                "identity": .string(String(call.state.caller.prefix(64))), "name": .string(String(call.callerName.prefix(64))),
+                "handle": .string(String(call.handle.prefix(64))),
+            ]
+            payload["handle"] = .string(String(call.handle.prefix(64)))
+            payload["callees"] = .array(call.state.callees.prefix(8).map { .string(String($0.prefix(64))) })
+        }
+        return .object(payload)
+    }
+
+    /// Sends one push for a call and records its fate in the trace. VoIP only for invites.
+    func sendPush(_ type: PushType, to device: Device, token: String, callee: String, call: ActiveCall, payload: JSONValue) {
+        let state = call.state
+        let bytes = (try? JSONEncoder().encode(payload)).map(Array.init) ?? []
+        let notification = PushNotification(
+            deviceToken: token, type: type, topic: device.bundleID ?? (try? appBundleID(state.appID)) ?? "", payload: bytes,
+            expiration: type == .voip ? state.ringExpiresAtMillis / 1000 : nil, collapseID: type == .alert ? state.id : nil)
+        let callID = state.id
+        let channel = type == .voip ? "voip_push" : "alert_push"
+        store.trace(callID: callID, user: callee, device: device.deviceID, channel: channel, event: "push_sent", atMillis: Self.wallMillis())
+        let router = push
+        let ringing = ringingCalls
+        let deadline = type == .voip ? state.ringExpiresAt : now + .seconds(30)
+        let loop = transport?.loop
+        var stillWanted: @Sendable () -> Bool = { true }
+        if type == .voip { stillWanted = { ringing.contains(callID) } }
+        let task = Task {
+            let result = await router.send(
+                notification, appID: state.appID, environment: device.environment, deadline: deadline, stillWanted: stillWanted)
+            loop?.execute { [weak self] in self?.pushAnswered(result, callID: callID, callee: callee, device: device.deviceID, channel: channel) }
+        }
+        _ = task
+    }
+
+    private func pushAnswered(_ result: PushResult, callID: String, callee: String, device: String, channel: String) {
+        store.trace(
+            callID: callID, user: callee, device: device, channel: channel, event: result.accepted ? "apns_accepted" : "apns_refused",
+            atMillis: Self.wallMillis(),
+            detail: [
+                "apns_status": .int(Int64(result.status)), "apns_id": .string(result.apnsID),
+                "reason": result.failure.map { .string($0.apnsReason) } ?? .null, "attempts": .int(Int64(result.attempts)),
+            ])
+        if result.accepted, channel != "missed_call_push", let call = calls[callID] {
+            perform(call, call.state.reached(callee: callee))
+        }
+    }
+
+    private func appBundleID(_ appID: String) throws -> String? {
+        try store.allApps().first { $0.id == appID }?.bundleID
+    }
+
+    /// A device that comes online gets the calls ringing for its user.
+    func offerRingingCalls(to session: Session) {
+        for call in calls.values where call.state.appID == session.app.id && call.state.ringingCallees.contains(session.identity) {
+            sendEvent("call.incoming", .object(invitation(call)), to: session)
+            store.trace(
+                callID: call.state.id, user: session.identity, device: session.deviceKey, channel: "websocket",
+                event: "delivered_on_connect", atMillis: Self.wallMillis())
+        }
+    }
+
+    // MARK: Actions
+
+    /// `call.answer`, `call.decline`, `call.cancel`, `call.end`, `call.ack` by `identity` from `device`.
+    func callAction(_ type: String, _ request: CallActionRequest, identity: String, app: App, device: String) throws(ErrorBody) -> JSONValue {
+        guard let call = calls[request.callID], call.state.appID == app.id else {
+            if let stored = try? store.callSummary(id: request.callID, appID: app.id),
+                stored.caller == identity || stored.callees.contains(identity)
+            {
+                throw ErrorBody(.conflict, "the call has already ended")
+            }
+            throw CallError.notFound.body
+        }
+        let nowMillis = Self.wallMillis()
+        let effects: [CallState.Effect]
+        do {
+            switch type {
+            case MessageType.callAnswer: effects = try call.state.answer(by: identity, device: device, nowMillis: nowMillis)
+            case MessageType.callDecline: effects = try call.state.decline(by: identity, device: device, nowMillis: nowMillis)
+            case MessageType.callCancel: effects = try call.state.cancel(by: identity, nowMillis: nowMillis)
+            case MessageType.callEnd:
+                effects = try call.state.end(by: identity, device: device, reason: request.reason, nowMillis: nowMillis)
+            default:
+                guard call.state.callees.contains(identity) else { throw CallError.notParticipant }
+                store.trace(callID: call.state.id, user: identity, device: device, channel: "device", event: "ringing_shown", atMillis: nowMillis)
+                effects = call.state.reached(callee: identity)
+            }
+        } catch let error as CallError {
+            throw error.body
+        } catch {
+            throw ErrorBody(.internal, "call action failed")
+        }
+        if type == MessageType.callAnswer || type == MessageType.callDecline || type == MessageType.callEnd {
+            store.trace(
+                callID: call.state.id, user: identity, device: device, channel: "device",
+                event: type == MessageType.callAnswer ? "answered" : type == MessageType.callDecline ? "declined" : "ended", atMillis: nowMillis)
+        }
+        perform(call, effects)
+        return describe(call)
+    }
+
+    /// Carries out a state machine's effects.
+    func perform(_ call: ActiveCall, _ effects: [CallState.Effect]) {
+        guard !effects.isEmpty else { return }
+        let state = call.state
+        for effect in effects {
+            switch effect {
+            case .notify(let identity, let type, let data, let except):
+                for session in sessionsByUser[Self.userKey(state.appID, identity)] ?? [] where session.deviceKey != except {
+                    sendEvent(type, data, to: session)
+                }
+            case .cancelRingTimer:
+                if let timer = call.ringTimer { transport?.loop.cancel(timer) }
+                call.ringTimer = nil
+            case .missedCallAlert(let identity):
+                for device in (try? store.devices(appID: state.appID, userID: identity)) ?? [] where device.platform == "ios" {
+                    guard let token = device.apnsToken else { continue }
+                    let alert: JSONValue = [
+                        "aps": ["alert": ["title": "Missed call", "body": .string(call.callerName)], "sound": "default"],
+                        "call_id": .string(state.id), "missed": true,
+                    ]
+                    sendPush(.alert, to: device, token: token, callee: identity, call: call, payload: alert)
+                }
+            case .finished:
+                ringingCalls.remove(state.id)
+                calls.removeValue(forKey: state.id)
+                store.recordHistory(state, video: call.video)
+                if case .room(let name) = call.media { callRooms.removeValue(forKey: RoomKey(appID: state.appID, name: name)) }
+                metrics.increment("switchboard_calls_ended_total", ["outcome": state.outcome?.rawValue ?? "unknown"])
+                logger.info("call ended", ["call": state.id, "outcome": state.outcome?.rawValue ?? "", "reason": state.endReason ?? ""])
+            }
+        }
+        if !state.isRinging { ringingCalls.remove(state.id) }
+        store.saveCall(state, idempotencyKey: call.request.idempotencyKey)
+    }
+
+    /// The call as its participants see it.
+    func describe(_ call: ActiveCall) -> JSONValue {
+        var summary = call.state.summary.objectValue ?? [:]
+        summary["media"] = jsonValue(call.media)
+        summary["video"] = .bool(call.video)
+        return .object(summary)
+    }
+
+    /// `GET /v1/calls/{id}` for a participant.
+    func callSummary(id: String, identity: String, app: App, admin: Bool) throws(ErrorBody) -> JSONValue {
+        if let call = calls[id], call.state.appID == app.id {
+            guard admin || call.state.caller == identity || call.state.callees.contains(identity) else { throw CallError.notParticipant.body }
+            return describe(call)
+        }
+        guard let stored = try? store.callSummary(id: id, appID: app.id) else { throw CallError.notFound.body }
+        guard admin || stored.caller == identity || stored.callees.contains(identity) else { throw CallError.notParticipant.body }
+        return stored.summary
+    }
+}
+

@@ -1,0 +1,61 @@
+import Foundation
+import Synchronization
+import SwitchboardSystem
+
+/// Picks the APNs client for each push: one per (app, environment), built from the app's key
+/// in the store and kept for the life of the server.
+final class PushRouter: Sendable {
+    private let store: Store
+    private let metrics: Metrics
+    private let logger: Logger
+    /// Sends to this host instead of Apple's (the local sandbox).
+    private let baseURL: String?
+    private let caFile: String?
+    private let services = Mutex<[String: PushService]>([:])
+
+    init(store: Store, metrics: Metrics, logger: Logger, baseURL: String?, caFile: String?) {
+        self.store = store
+        self.metrics = metrics
+        self.logger = logger
+        self.baseURL = baseURL
+        self.caFile = caFile
+    }
+
+    func send(
+        _ notification: PushNotification, appID: String, environment: APNsEnvironment, deadline: ContinuousClock.Instant,
+        stillWanted: @escaping @Sendable () -> Bool = { true }
+    ) async -> PushResult {
+        guard let service = service(appID: appID, environment: environment) else {
+            metrics.increment("switchboard_apns_config_alarms_total", ["reason": "NotConfigured"])
+            logger.error("no APNs key for the app: set one with `switchboard app push-key`", ["app": appID])
+            return PushResult(apnsID: "", status: 0, failure: .notConfigured, attempts: 0, latency: .zero)
+        }
+        return await service.send(notification, deadline: deadline, stillWanted: stillWanted)
+    }
+
+    private func service(appID: String, environment: APNsEnvironment) -> PushService? {
+        let key = appID + "|" + environment.rawValue
+        if let existing = services.withLock({ $0[key] }) { return existing }
+        guard let settings = try? store.pushSettings(appID: appID), let signingKey = try? ECPrivateKey(pem: settings.keyPEM) else {
+            return nil
+        }
+        var configuration = APNsClientConfiguration(
+            credentials: .token(ProviderTokenCache(key: signingKey, keyID: settings.keyID, teamID: settings.teamID)),
+            environment: environment)
+        configuration.baseURL = baseURL
+        configuration.caFile = caFile
+        let service = PushService(client: APNsClient(configuration: configuration, metrics: metrics, logger: logger), store: store, logger: logger)
+        return services.withLock { services in
+            if let raced = services[key] {
+                service.client.shutdown()
+                return raced
+            }
+            services[key] = service
+            return service
+        }
+    }
+
+    func shutdown() {
+        for service in services.withLock({ $0.values }) { service.client.shutdown() }
+    }
+}

@@ -1,0 +1,387 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+import SwitchboardTesting
+import Testing
+
+/// The real server with the APNs sandbox behind it, and users with several devices.
+final class CallFixture: Sendable {
+    let sandbox: APNsSandbox
+    let server: TestServer
+    let directory: String
+
+    init(_ configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in }) throws {
+        directory = try makeTemporaryDirectory()
+        let key = try ECPrivateKey.generate()
+        var sandboxConfiguration = APNsSandbox.Configuration()
+        sandboxConfiguration.port = 0
+        sandboxConfiguration.adminPort = 0
+        sandboxConfiguration.directory = directory
+        sandboxConfiguration.keys = ["KEY1234567": try ECPublicKey(pem: key.publicKeyPEM)]
+        let sandbox = try APNsSandbox(configuration: sandboxConfiguration, logger: Logger(minimumLevel: .error))
+        self.sandbox = sandbox
+        server = try TestServer {
+            $0.apnsURL = sandbox.url
+            $0.apnsCAFile = sandbox.certificatePath
+            configure(&$0)
+        }
+        try server.server.store.setPushSettings(AppPushSettings(keyPEM: key.pem, keyID: "KEY1234567", teamID: "TEAM123456"), appID: server.app.id)
+    }
+
+    func stop() {
+        server.stop()
+        sandbox.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    func token(_ identity: String) -> String { server.token(identity, grants: Grants(room: "*", roomJoin: true, call: true)) }
+
+    /// Registers an iPhone (VoIP and regular tokens) for `identity`.
+    @discardableResult
+    func registerPhone(_ identity: String, device: String, seed: Int, callKit: Bool = true) async throws -> (voip: String, apns: String) {
+        let voip = String(format: "%064x", seed)
+        let apns = String(format: "%064x", seed + 1_000_000)
+        let body = DeviceRegistration(
+            platform: "ios", voipToken: voip, apnsToken: apns, environment: "sandbox", bundleID: "com.example.chat",
+            callKitEnabled: callKit, appVersion: "1.0")
+        let response = try await HTTPClient.request(
+            "PUT", server.baseURL + "/v1/devices/\(device)", headers: [("Authorization", "Bearer " + token(identity))],
+            body: Array(try JSONEncoder().encode(body)))
+        #expect(response.status == 200, "\(response.text)")
+        return (voip, apns)
+    }
+
+    /// A connection for `identity` as `device`.
+    func connect(_ identity: String, device: String) async throws -> TestClient {
+        let client = try await TestClient.connect(server.webSocketURL + "?access_token=\(token(identity))&device_id=\(device)")
+        #expect(try await client.nextEnvelope().type == MessageType.sessionWelcome)
+        return client
+    }
+
+    func call(_ from: TestClient, to callees: [String], timeout: Int? = nil) async throws -> String {
+        let reply = try await from.request(
+            MessageType.callCreate, id: "create", encoding: CallCreateRequest(callees: callees, video: true, handle: "alice@example.com", ringTimeoutSeconds: timeout))
+        #expect(reply.type == MessageType.ok, "\(String(describing: reply.error))")
+        return try #require(reply.data?["call_id"]?.stringValue)
+    }
+
+    func act(_ client: TestClient, _ type: String, _ callID: String) async throws -> Envelope {
+        try await client.request(type, id: .string(type), encoding: CallActionRequest(callID: callID))
+    }
+
+    /// Pushes the sandbox accepted, by type, for a call.
+    func pushes(type: String, callID: String? = nil, token: String? = nil) -> [APNsSandbox.Record] {
+        sandbox.records.filter { record in
+            record.status == 200 && record.pushType == type && (token == nil || record.token == token)
+                && (callID == nil || record.payload?["call_id"]?.stringValue == callID)
+        }
+    }
+
+    func waitForPushes(_ count: Int, type: String, callID: String) async throws {
+        try await within(.seconds(5), "\(count) \(type) pushes") { [self] in
+            while pushes(type: type, callID: callID).count < count { try await Task.sleep(for: .milliseconds(20)) }
+        }
+    }
+
+    func get(_ path: String, as identity: String) async throws -> JSONValue {
+        let response = try await HTTPClient.request("GET", server.baseURL + path, headers: [("Authorization", "Bearer " + token(identity))])
+        return try JSONDecoder().decode(JSONValue.self, from: Data(response.body))
+    }
+}
+
+/// Skips events until one of `type` arrives (other events may interleave).
+func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)) async throws -> Envelope {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        let envelope = try await client.nextEnvelope(timeout: deadline - .now)
+        if envelope.type == type { return envelope }
+    }
+    throw Timeout(what: type)
+}
+
+@Suite struct CallTests {
+    @Test func aOneToOneCallRingsEveryDeviceAndTheFirstAnswerWins() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        let phone = try await fixture.registerPhone("bob", device: "b-phone", seed: 1)
+        let tablet = try await fixture.registerPhone("bob", device: "b-ipad", seed: 2)
+        let alice = try await fixture.connect("alice", device: "a-web")
+        let bobPhone = try await fixture.connect("bob", device: "b-phone")
+        let bobWeb = try await fixture.connect("bob", device: "b-web")
+
+        let callID = try await fixture.call(alice, to: ["bob"])
+        let incoming = try await event(bobWeb, "call.incoming")
+        #expect(incoming.data?["call_id"]?.stringValue == callID)
+        #expect(incoming.data?["caller"]?["identity"] == "alice")
+        #expect(incoming.data?["media"]?["type"] == "room")
+        _ = try await event(bobPhone, "call.incoming")
+        let ringing = try await event(alice, "call.ringing")
+        #expect(ringing.data?["callee"] == "bob")
+
+        // One VoIP push per iOS device, to the .voip topic, expiring with the ring.
+        try await fixture.waitForPushes(2, type: "voip", callID: callID)
+        let voip = fixture.pushes(type: "voip", callID: callID)
+        #expect(Set(voip.map(\.token)) == [phone.voip, tablet.voip])
+        let first = try #require(voip.first)
+        #expect(first.topic == "com.example.chat.voip")
+        #expect(first.priority == 10)
+        let payload = try #require(first.payload)
+        #expect(payload["UUID"]?.stringValue == callID.uppercased())
+        #expect(payload["hasVideo"] == true)
+        #expect(payload["handle"] == "alice@example.com")
+        let expires = try #require(payload["ring_expires_at"])
+        guard case .int(let ringEnd) = expires, let expiration = first.expiration else { throw Timeout(what: "expiry fields") }
+        #expect(expiration <= ringEnd / 1000, "apns-expiration is never later than the ring's end")
+
+        // The phone answers; the other devices stop; a racing answer is refused.
+        let answered = try await fixture.act(bobPhone, MessageType.callAnswer, callID)
+        #expect(answered.type == MessageType.ok)
+        #expect(answered.data?["state"] == "accepted")
+        #expect(try await event(alice, "call.accepted").data?["by"] == "bob")
+        let elsewhere = try await event(bobWeb, "call.answered_elsewhere")
+        #expect(elsewhere.data?["device"] == "b-phone")
+        let race = try await fixture.act(bobWeb, MessageType.callAnswer, callID)
+        #expect(race.error?.code == .conflict)
+
+        // Alice hangs up; both hear who and why.
+        #expect(try await fixture.act(alice, MessageType.callEnd, callID).data?["outcome"] == "completed")
+        let ended = try await event(bobPhone, "call.ended")
+        #expect(ended.data?["by"] == "alice")
+        #expect(ended.data?["outcome"] == "completed")
+
+        // No further VoIP push for anything but the invite.
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(fixture.pushes(type: "voip").count == 2)
+
+        fixture.server.server.store.flush()
+        let aliceHistory = try await fixture.get("/v1/calls", as: "alice")
+        let aliceEntry = try #require(aliceHistory["calls"].flatMap { if case .array(let list) = $0 { list.first } else { nil } })
+        #expect(aliceEntry["direction"] == "outgoing")
+        #expect(aliceEntry["outcome"] == "completed")
+        #expect(aliceEntry["peers"] == ["bob"])
+        let bobHistory = try await fixture.get("/v1/calls", as: "bob")
+        #expect(bobHistory["calls"]?.objectValue == nil)
+        guard case .array(let bobCalls)? = bobHistory["calls"] else { throw Timeout(what: "bob's history") }
+        #expect(bobCalls.first?["outcome"] == "completed")
+        #expect(bobCalls.first?["ended_by"] == "alice")
+
+        // The trace tells how each device was reached.
+        let trace = try await fixture.get("/v1/calls/\(callID)/trace", as: "alice")
+        guard case .array(let entries)? = trace["trace"] else { throw Timeout(what: "a trace") }
+        let accepted = entries.filter { $0["event"] == "apns_accepted" && $0["channel"] == "voip_push" }
+        #expect(Set(accepted.compactMap { $0["device"]?.stringValue }) == ["b-phone", "b-ipad"])
+        #expect(accepted.allSatisfy { $0["apns_status"] == 200 && $0["apns_id"]?.stringValue?.count == 36 })
+        #expect(entries.contains { $0["device"] == "b-web" && $0["channel"] == "websocket" && $0["event"] == "delivered" })
+        #expect(entries.contains { $0["device"] == "b-phone" && $0["event"] == "answered" })
+        let stranger = try await HTTPClient.request(
+            "GET", fixture.server.baseURL + "/v1/calls/\(callID)/trace", headers: [("Authorization", "Bearer " + fixture.token("mallory"))])
+        #expect(stranger.status == 403)
+    }
+
+    @Test func aDeclineOnOneDeviceEndsTheCallForAll() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        let alice = try await fixture.connect("alice", device: "a-web")
+        let bobPhone = try await fixture.connect("bob", device: "b-phone")
+        let bobWeb = try await fixture.connect("bob", device: "b-web")
+        let callID = try await fixture.call(alice, to: ["bob"])
+        _ = try await event(bobWeb, "call.incoming")
+        #expect(try await fixture.act(bobWeb, MessageType.callDecline, callID).type == MessageType.ok)
+        #expect(try await event(alice, "call.declined").data?["by"] == "bob")
+        #expect(try await event(alice, "call.ended").data?["outcome"] == "declined")
+        #expect(try await event(bobPhone, "call.declined_elsewhere").data?["device"] == "b-web")
+    }
+
+    @Test func inAGroupOneCalleeDeclinesAndAnotherAnswers() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        let alice = try await fixture.connect("alice", device: "a")
+        let bob = try await fixture.connect("bob", device: "b")
+        let carol = try await fixture.connect("carol", device: "c")
+        let callID = try await fixture.call(alice, to: ["bob", "carol"])
+        _ = try await event(bob, "call.incoming")
+        _ = try await event(carol, "call.incoming")
+        _ = try await fixture.act(bob, MessageType.callDecline, callID)
+        #expect(try await event(alice, "call.declined").data?["by"] == "bob")
+        try await carol.expectSilence(for: .milliseconds(200))
+        let answer = try await fixture.act(carol, MessageType.callAnswer, callID)
+        #expect(answer.data?["state"] == "accepted")
+        #expect(try await event(alice, "call.accepted").data?["by"] == "carol")
+        _ = try await fixture.act(carol, MessageType.callEnd, callID)
+        fixture.server.server.store.flush()
+        let history = try await fixture.get("/v1/calls", as: "bob")
+        guard case .array(let calls)? = history["calls"] else { throw Timeout(what: "history") }
+        #expect(calls.first?["outcome"] == "declined")
+    }
+
+    @Test func aCancelledCallRingsNoMoreAndLeavesAMissedCallAlert() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        let phone = try await fixture.registerPhone("bob", device: "b-phone", seed: 11)
+        let alice = try await fixture.connect("alice", device: "a")
+        let bobWeb = try await fixture.connect("bob", device: "b-web")
+        let callID = try await fixture.call(alice, to: ["bob"])
+        try await fixture.waitForPushes(1, type: "voip", callID: callID)
+        _ = try await fixture.act(alice, MessageType.callCancel, callID)
+        #expect(try await event(bobWeb, "call.cancelled").data?["call_id"]?.stringValue == callID)
+        #expect(try await event(alice, "call.ended").data?["outcome"] == "cancelled")
+        try await fixture.waitForPushes(1, type: "alert", callID: callID)
+        let alert = try #require(fixture.pushes(type: "alert", callID: callID).first)
+        #expect(alert.token == phone.apns, "missed-call notice to the regular token")
+        #expect(alert.payload?["aps"]?["alert"]?["title"] == "Missed call")
+        #expect(fixture.pushes(type: "voip").count == 1, "no VoIP push for the cancel")
+        let summary = try await fixture.get("/v1/calls/\(callID)", as: "bob")
+        #expect(summary["state"] == "ended")
+        #expect(summary["outcome"] == "cancelled")
+    }
+
+    @Test func nobodyAnswersBeforeTheRingTimeout() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        let alice = try await fixture.connect("alice", device: "a")
+        let bob = try await fixture.connect("bob", device: "b")
+        let callID = try await fixture.call(alice, to: ["bob"], timeout: 5)
+        _ = try await event(bob, "call.incoming")
+        #expect(try await event(bob, "call.missed", timeout: .seconds(8)).data?["call_id"]?.stringValue == callID)
+        #expect(try await event(alice, "call.ended").data?["outcome"] == "missed")
+        fixture.server.server.store.flush()
+        let history = try await fixture.get("/v1/calls", as: "alice")
+        guard case .array(let calls)? = history["calls"] else { throw Timeout(what: "history") }
+        #expect(calls.first?["outcome"] == "no_answer")
+    }
+
+    @Test func aCalleeInAnotherCallIsBusyAndNotRung() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        try await fixture.registerPhone("bob", device: "b-phone", seed: 21)
+        let alice = try await fixture.connect("alice", device: "a")
+        let bob = try await fixture.connect("bob", device: "b")
+        let carol = try await fixture.connect("carol", device: "c")
+        let first = try await fixture.call(carol, to: ["bob"])
+        _ = try await fixture.act(bob, MessageType.callAnswer, first)
+        try await fixture.waitForPushes(1, type: "voip", callID: first)
+        let second = try await fixture.call(alice, to: ["bob"])
+        #expect(try await event(alice, "call.busy").data?["callee"] == "bob")
+        #expect(try await event(alice, "call.ended").data?["outcome"] == "busy")
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(fixture.pushes(type: "voip", callID: second).isEmpty)
+    }
+
+    @Test func aDeviceWithoutCallKitGetsAnAlertPushNeverVoIP() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        let phone = try await fixture.registerPhone("bob", device: "b-china", seed: 31, callKit: false)
+        let alice = try await fixture.connect("alice", device: "a")
+        let callID = try await fixture.call(alice, to: ["bob"])
+        try await fixture.waitForPushes(1, type: "alert", callID: callID)
+        let alert = try #require(fixture.pushes(type: "alert", callID: callID).first)
+        #expect(alert.token == phone.apns)
+        #expect(alert.payload?["aps"]?["alert"]?["title"] == "Incoming call")
+        #expect(fixture.pushes(type: "voip").isEmpty)
+        _ = try await event(alice, "call.ringing")
+    }
+
+    @Test func blockedAndRateLimitedCallersRingNobody() async throws {
+        let fixture = try CallFixture { $0.limits.invitesPerPairPerMinute = 2 }
+        defer { fixture.stop() }
+        try await fixture.registerPhone("bob", device: "b-phone", seed: 41)
+        let block = try await HTTPClient.request(
+            "PUT", fixture.server.baseURL + "/v1/users/me/blocked", headers: [("Authorization", "Bearer " + fixture.token("bob"))],
+            body: Array(#"{"identities":["mallory"]}"#.utf8))
+        #expect(block.status == 204)
+        let mallory = try await fixture.connect("mallory", device: "m")
+        let refused = try await mallory.request(MessageType.callCreate, encoding: CallCreateRequest(callees: ["bob"]))
+        #expect(refused.error?.code == .forbidden)
+
+        let alice = try await fixture.connect("alice", device: "a")
+        for _ in 0..<2 {
+            let id = try await fixture.call(alice, to: ["bob"])
+            _ = try await fixture.act(alice, MessageType.callCancel, id)
+        }
+        let limited = try await HTTPClient.request(
+            "POST", fixture.server.baseURL + "/v1/calls", headers: [("Authorization", "Bearer " + fixture.token("alice"))],
+            body: Array(#"{"callees":["bob"]}"#.utf8))
+        #expect(limited.status == 429)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(fixture.pushes(type: "voip").count == 2, "only the two allowed calls pushed")
+        #expect(!fixture.sandbox.records.contains { $0.payload?["caller"]?["identity"] == "mallory" })
+        let noGrant = try await TestClient.connect(fixture.server.webSocketURL + "?access_token=" + fixture.server.token("dave", grants: Grants()))
+        _ = try await noGrant.nextEnvelope()
+        #expect(try await noGrant.request(MessageType.callCreate, encoding: CallCreateRequest(callees: ["bob"])).error?.code == .forbidden)
+    }
+
+    @Test func aLateDeviceLearnsTheCallEndedAndARetriedCreateMakesOneCall() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        try await fixture.registerPhone("bob", device: "b-phone", seed: 61)
+        let alice = try await fixture.connect("alice", device: "a")
+        let request = CallCreateRequest(callees: ["bob"], idempotencyKey: "tap-42")
+        let first = try await alice.request(MessageType.callCreate, id: "1", encoding: request)
+        let again = try await alice.request(MessageType.callCreate, id: "2", encoding: request)
+        let callID = try #require(first.data?["call_id"]?.stringValue)
+        #expect(again.data?["call_id"]?.stringValue == callID)
+        _ = try await fixture.act(alice, MessageType.callCancel, callID)
+
+        // Bob's phone wakes from a late push and asks.
+        let state = try await fixture.get("/v1/calls/\(callID)", as: "bob")
+        #expect(state["state"] == "ended")
+        #expect(state["outcome"] == "cancelled")
+        let late = try await HTTPClient.request(
+            "POST", fixture.server.baseURL + "/v1/calls/\(callID)/answer", headers: [("Authorization", "Bearer " + fixture.token("bob"))])
+        #expect(late.status == 409)
+    }
+
+    @Test func aRestartEndsCallsInFlightAsFailedAndLosesNoHistory() async throws {
+        let fixture = try CallFixture()
+        let directory = fixture.server.dataDirectory
+        let alice = try await fixture.connect("alice", device: "a")
+        let bob = try await fixture.connect("bob", device: "b")
+        let ringing = try await fixture.call(alice, to: ["bob"])
+        let carol = try await fixture.connect("carol", device: "c")
+        let answered = try await fixture.call(carol, to: ["dave"])
+        _ = bob
+        _ = answered
+        fixture.server.server.shutdown()
+
+        var configuration = ServerConfiguration()
+        configuration.port = 0
+        configuration.dataDirectory = directory
+        configuration.webRoot = repositoryRoot + "/web"
+        let restarted = try SwitchboardServer.start(configuration, logger: Logger(minimumLevel: .error))
+        defer {
+            restarted.shutdown()
+            fixture.sandbox.stop()
+        }
+        let token = fixture.token("bob")
+        let response = try await HTTPClient.request("GET", "http://127.0.0.1:\(restarted.port)/v1/calls/\(ringing)", headers: [("Authorization", "Bearer " + token)])
+        let summary = try JSONDecoder().decode(JSONValue.self, from: Data(response.body))
+        #expect(summary["state"] == "ended")
+        #expect(summary["outcome"] == "failed")
+        #expect(summary["end_reason"] == "server_restart")
+        let history = try await HTTPClient.request("GET", "http://127.0.0.1:\(restarted.port)/v1/calls", headers: [("Authorization", "Bearer " + token)])
+        let calls = try JSONDecoder().decode(JSONValue.self, from: Data(history.body))
+        guard case .array(let entries)? = calls["calls"] else { throw Timeout(what: "history") }
+        #expect(entries.first?["call_id"]?.stringValue == ringing)
+        #expect(entries.first?["outcome"] == "failed")
+        #expect(entries.first?["end_reason"] == "server_restart")
+    }
+
+    @Test func devicesAreListedWithTokensRedactedAndTokensMoveBetweenUsers() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        let phone = try await fixture.registerPhone("bob", device: "shared", seed: 51)
+        let list = try await fixture.get("/v1/devices", as: "bob")
+        guard case .array(let devices)? = list["devices"] else { throw Timeout(what: "devices") }
+        #expect(devices.count == 1)
+        #expect(devices.first?["voip_token"]?.stringValue == String(phone.voip.prefix(8)) + "…")
+        #expect(!(try JSONEncoder().encode(list)).contains(Array(phone.voip.utf8)))
+        // The same phone signs in as carol: the token moves.
+        try await fixture.registerPhone("carol", device: "shared", seed: 51)
+        let bobAfter = try fixture.server.server.store.devices(appID: fixture.server.app.id, userID: "bob")
+        #expect(bobAfter.first?.voipToken == nil)
+        let removed = try await HTTPClient.request(
+            "DELETE", fixture.server.baseURL + "/v1/devices/shared", headers: [("Authorization", "Bearer " + fixture.token("carol"))])
+        #expect(removed.status == 204)
+    }
+}
