@@ -18,7 +18,11 @@ const state = {
   pending: new Map(), // request id -> { resolve, reject }
   leaving: false,
   reconnectAttempts: 0,
+  deviceID: sessionStorage.getItem("switchboard-device") || "web-" + Math.random().toString(36).slice(2, 10),
+  call: null, // { id, role: "caller" | "callee", room, peer }
+  identity: null,
 };
+sessionStorage.setItem("switchboard-device", state.deviceID);
 
 // ---------- small helpers ----------
 
@@ -59,9 +63,14 @@ async function api(method, path, body) {
 async function obtainToken(name) {
   const pasted = $("token").value.trim();
   if (pasted) return pasted;
-  const identity = name.toLowerCase().replace(/[^a-z0-9]+/g, "-") + "-" + Math.random().toString(36).slice(2, 8);
+  // The identity is the name: two windows with one name are two devices of one user.
+  const identity = slug(name);
   const issued = await api("POST", "/v1/dev/tokens", { identity, name });
   return issued.token;
+}
+
+function slug(name) {
+  return name.trim().toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "") || "guest";
 }
 
 // ---------- signaling ----------
@@ -78,7 +87,7 @@ function request(type, data) {
 
 function openSocket(resume) {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  let url = `${scheme}//${location.host}/v1/ws?access_token=${encodeURIComponent(state.token)}`;
+  let url = `${scheme}//${location.host}/v1/ws?access_token=${encodeURIComponent(state.token)}&device_id=${encodeURIComponent(state.deviceID)}`;
   if (resume) url += `&resume_token=${encodeURIComponent(state.resumeToken)}&last_seq=${state.lastSeq}`;
   const socket = new WebSocket(url);
   state.socket = socket;
@@ -89,6 +98,7 @@ function openSocket(resume) {
       if (message.type === "session.welcome") {
         opened = true;
         state.peerID = message.data.peer_id;
+        state.identity = message.data.identity;
         state.resumeToken = message.data.resume_token;
         state.lastSeq = 0;
         resolve({ resumed: false, failed: message.data.resume_failed });
@@ -144,13 +154,25 @@ function handleMessage(message) {
     case "signal":
       handleSignal(data.from, data.signal).catch((error) => log(`signal error: ${error.message}`));
       break;
+    case "call.incoming":
+    case "call.ringing":
+    case "call.accepted":
+    case "call.answered_elsewhere":
+    case "call.declined":
+    case "call.declined_elsewhere":
+    case "call.busy":
+    case "call.cancelled":
+    case "call.missed":
+    case "call.ended":
+      handleCallEvent(message.type, data).catch((error) => log(`call error: ${error.message}`));
+      break;
     default:
       log(`event ${message.type}`);
   }
 }
 
 async function connectionLost(event) {
-  if (state.leaving || !state.room) {
+  if (state.leaving || (!state.room && !state.reachable)) {
     setStatus($("session"), `disconnected (${event.code})`);
     return;
   }
@@ -166,7 +188,7 @@ async function connectionLost(event) {
     } else {
       log("session could not be resumed; joining again");
       for (const peerID of [...state.peers.keys()]) removePeer(peerID);
-      await joinRoom(state.room);
+      if (state.room) await joinRoom(state.room);
     }
   } catch (error) {
     connectionLost({ code: 1006 });
@@ -261,6 +283,184 @@ function removePeer(peerID) {
   state.peers.delete(peerID);
 }
 
+// ---------- session ----------
+
+async function ensureConnected(name) {
+  if (state.socket && state.socket.readyState === WebSocket.OPEN) return;
+  state.token = await obtainToken(name);
+  setStatus($("session"), "connecting…");
+  await openSocket(false);
+  setStatus($("session"), `connected as ${state.identity} (${state.peerID})`, "ok");
+}
+
+async function startLocalMedia(video) {
+  if (state.localStream) return;
+  state.localStream = await navigator.mediaDevices.getUserMedia({ audio: true, video });
+  $("local-video").srcObject = state.localStream;
+}
+
+// ---------- calls ----------
+
+function myName() {
+  const name = $("name").value.trim();
+  if (!name) throw new Error("enter your name first");
+  return name;
+}
+
+async function beReachable() {
+  try {
+    state.reachable = true;
+    await ensureConnected(myName());
+    setStatus($("call-status"), `reachable as ${state.identity}: others can call "${$("name").value.trim()}"`, "ok");
+  } catch (error) {
+    setStatus($("call-status"), error.message, "bad");
+  }
+}
+
+async function placeCall() {
+  try {
+    const callee = slug($("callee").value);
+    if (!$("callee").value.trim()) throw new Error("enter who to call");
+    state.reachable = true;
+    await ensureConnected(myName());
+    const call = await request("call.create", { callees: [callee], video: $("call-video").checked, caller_name: myName() });
+    state.call = { id: call.call_id, role: "caller", room: call.media && call.media.room, peer: callee, video: call.video };
+    $("outgoing-title").textContent = `Calling ${$("callee").value.trim()}…`;
+    $("outgoing-panel").hidden = false;
+    setStatus($("call-status"), "calling…");
+    log(`calling ${callee} (${call.call_id})`);
+  } catch (error) {
+    setStatus($("call-status"), error.message, "bad");
+  }
+}
+
+async function handleCallEvent(type, data) {
+  const current = state.call;
+  log(`${type} ${data.call_id}`);
+  if (type === "call.incoming") {
+    if (current) return; // already in a call: let it ring elsewhere
+    state.call = { id: data.call_id, role: "callee", room: data.media && data.media.room, peer: data.caller.identity, video: data.video };
+    $("ring-title").textContent = `${data.caller.name || data.caller.identity} is calling`;
+    $("ring-detail").textContent = data.video ? "video call" : "audio call";
+    $("ring-panel").hidden = false;
+    return;
+  }
+  if (!current || current.id !== data.call_id) return;
+  switch (type) {
+    case "call.ringing":
+      $("outgoing-title").textContent = `Ringing ${data.callee}…`;
+      break;
+    case "call.accepted":
+      if (current.role === "caller" && !state.room) {
+        $("outgoing-panel").hidden = true;
+        await enterCallRoom();
+      }
+      break;
+    case "call.answered_elsewhere":
+    case "call.declined_elsewhere":
+    case "call.cancelled":
+    case "call.missed":
+      endCallUI(type.replace("call.", "").replace("_", " "));
+      break;
+    case "call.busy":
+      endCallUI(`${data.callee} is busy`);
+      break;
+    case "call.declined":
+      break;
+    case "call.ended":
+      endCallUI(`call ended (${data.outcome}${data.by ? ", by " + data.by : ""})`);
+      break;
+  }
+}
+
+async function answerCall() {
+  const current = state.call;
+  if (!current) return;
+  try {
+    await request("call.answer", { call_id: current.id });
+    $("ring-panel").hidden = true;
+    await enterCallRoom();
+  } catch (error) {
+    endCallUI(`could not answer: ${error.message}`);
+  }
+}
+
+async function declineCall() {
+  const current = state.call;
+  if (!current) return;
+  request("call.decline", { call_id: current.id }).catch(() => {});
+  endCallUI("declined");
+}
+
+async function cancelCall() {
+  const current = state.call;
+  if (!current) return;
+  request("call.cancel", { call_id: current.id }).catch(() => {});
+  endCallUI("cancelled");
+}
+
+async function hangUp() {
+  const current = state.call;
+  if (current) request("call.end", { call_id: current.id, reason: "hangup" }).catch(() => {});
+  endCallUI("you hung up");
+}
+
+/// Both sides of an answered call meet in the call's room; the callee joins first and the
+/// caller, joining after, calls it (the room convention: the newcomer calls).
+async function enterCallRoom() {
+  const current = state.call;
+  if (!current || !current.room) return;
+  await startLocalMedia(Boolean(current.video));
+  $("me-name").textContent = `${$("name").value.trim()} (you)`;
+  await joinRoom(current.room);
+  $("room-panel").hidden = false;
+  $("leave-button").hidden = true;
+  $("hangup-button").hidden = false;
+  setStatus($("call-status"), `in a call with ${current.peer}`, "ok");
+}
+
+function endCallUI(reason) {
+  const wasInRoom = Boolean(state.room);
+  $("ring-panel").hidden = true;
+  $("outgoing-panel").hidden = true;
+  if (wasInRoom) {
+    for (const peerID of [...state.peers.keys()]) removePeer(peerID);
+    if (state.socket && state.socket.readyState === WebSocket.OPEN) request("room.leave", { room: state.room }).catch(() => {});
+    state.room = null;
+    stopLocalMedia();
+    $("room-panel").hidden = true;
+    $("leave-button").hidden = false;
+    $("hangup-button").hidden = true;
+  }
+  state.call = null;
+  setStatus($("call-status"), reason);
+}
+
+async function showHistory() {
+  try {
+    await ensureConnected(myName());
+    const page = await api("GET", "/v1/calls?limit=50");
+    const body = $("history").querySelector("tbody");
+    body.innerHTML = "";
+    for (const entry of page.calls) {
+      const row = document.createElement("tr");
+      const cells = [
+        new Date(entry.created_at).toLocaleString(), entry.peers.join(", "), entry.direction, entry.outcome,
+        entry.duration_ms ? `${Math.round(entry.duration_ms / 1000)} s` : "—",
+      ];
+      for (const text of cells) {
+        const cell = document.createElement("td");
+        cell.textContent = text;
+        row.appendChild(cell);
+      }
+      body.appendChild(row);
+    }
+    $("history-panel").hidden = false;
+  } catch (error) {
+    setStatus($("call-status"), `history: ${error.message}`, "bad");
+  }
+}
+
 // ---------- room ----------
 
 async function joinRoom(room) {
@@ -283,12 +483,9 @@ async function join(event) {
   $("join-button").disabled = true;
   state.leaving = false;
   try {
-    state.localStream = await navigator.mediaDevices.getUserMedia({ audio: true, video: $("camera").checked });
-    $("local-video").srcObject = state.localStream;
+    await startLocalMedia($("camera").checked);
     $("me-name").textContent = `${name} (you)`;
-    state.token = await obtainToken(name);
-    setStatus($("session"), "connecting…");
-    await openSocket(false);
+    await ensureConnected(name);
     await joinRoom(room);
     setStatus($("session"), `connected as ${state.peerID}`, "ok");
     $("join-panel").hidden = true;
@@ -319,12 +516,12 @@ function stopLocalMedia() {
 }
 
 function leaveRoom(tellServer) {
-  state.leaving = true;
+  state.leaving = !state.reachable;
   for (const peerID of [...state.peers.keys()]) removePeer(peerID);
   if (tellServer && state.room && state.socket && state.socket.readyState === WebSocket.OPEN) {
     request("room.leave", { room: state.room }).catch(() => {});
   }
-  if (state.socket) state.socket.close(1000);
+  if (state.socket && !state.reachable) state.socket.close(1000);
   state.room = null;
   stopLocalMedia();
   $("room-panel").hidden = true;
@@ -346,6 +543,8 @@ function toggleMute() {
 window.switchboard = {
   get peerID() { return state.peerID; },
   get room() { return state.room; },
+  get identity() { return state.identity; },
+  get call() { return state.call; },
   connectionStates() {
     return [...state.peers.values()].map((peer) => peer.pc.connectionState);
   },
@@ -365,6 +564,13 @@ $("join-form").addEventListener("submit", join);
 $("create-button").addEventListener("click", createRoom);
 $("leave-button").addEventListener("click", () => leaveRoom(true));
 $("mute-button").addEventListener("click", toggleMute);
+$("call-button").addEventListener("click", placeCall);
+$("signin-button").addEventListener("click", beReachable);
+$("history-button").addEventListener("click", showHistory);
+$("answer-button").addEventListener("click", answerCall);
+$("decline-button").addEventListener("click", declineCall);
+$("cancel-button").addEventListener("click", cancelCall);
+$("hangup-button").addEventListener("click", hangUp);
 const params = new URLSearchParams(location.search);
 if (params.get("room")) $("room").value = params.get("room");
 if (params.get("name")) $("name").value = params.get("name");

@@ -82,3 +82,46 @@ def test_two_browsers_join_a_room_and_hear_each_other(browsers):
         assert len(tiles) == 1, "Ann sees Ben's tile connected"
     finally:
         server.stop()
+
+
+def test_one_browser_calls_another_which_answers_and_both_see_the_history(browsers):
+    from selenium.webdriver.common.by import By
+
+    server = Server("--dev-tokens")
+    ann, ben = browsers
+    try:
+        ben.get(f"{server.base_url}/?name=Ben")
+        ben.find_element(By.ID, "signin-button").click()
+        wait_for(lambda: ben.execute_script("return window.switchboard.identity") == "ben", 10, "Ben to be reachable")
+
+        ann.get(f"{server.base_url}/?name=Ann")
+        ann.find_element(By.ID, "callee").send_keys("Ben")
+        ann.find_element(By.ID, "call-button").click()
+        wait_for(lambda: ben.find_element(By.ID, "ring-panel").is_displayed(), 10, "Ben's phone to ring")
+        assert "Ann is calling" in ben.find_element(By.ID, "ring-title").text
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        ben.save_screenshot(os.path.join(ARTIFACTS, "web-client-ringing.png"))
+        ben.find_element(By.ID, "answer-button").click()
+
+        for driver in browsers:
+            wait_for(lambda: "connected" in driver.execute_script("return window.switchboard.connectionStates()"),
+                     20, "the call's peer connection")
+        packets = [wait_for(lambda: driver.execute_async_script(
+            "const done = arguments[arguments.length - 1]; window.switchboard.inboundAudioPackets().then(done);"),
+            20, "audio in the call") for driver in browsers]
+        print(f"in-call inbound audio packets: {packets}")
+        ann.save_screenshot(os.path.join(ARTIFACTS, "web-client-in-call.png"))
+
+        ann.find_element(By.ID, "hangup-button").click()
+        wait_for(lambda: ben.execute_script("return window.switchboard.call") is None, 10, "the call to end for Ben")
+        assert "ended" in ben.find_element(By.ID, "call-status").text
+
+        ann.find_element(By.ID, "history-button").click()
+        wait_for(lambda: ann.find_element(By.ID, "history-panel").is_displayed(), 10, "the history page")
+        rows = wait_for(lambda: ann.find_elements(By.CSS_SELECTOR, "#history tbody tr"), 10, "a history row")
+        cells = [cell.text for cell in rows[0].find_elements(By.TAG_NAME, "td")]
+        print(f"history: {cells}")
+        assert cells[1] == "ben" and cells[2] == "outgoing" and cells[3] == "completed"
+        ann.save_screenshot(os.path.join(ARTIFACTS, "web-client-history.png"))
+    finally:
+        server.stop()
