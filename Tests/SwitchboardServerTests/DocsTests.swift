@@ -1,6 +1,7 @@
 import Foundation
 import SwitchboardProtocol
 import SwitchboardServer
+import SwitchboardSystem
 import Testing
 
 /// The docs list what the code has; these fail when one changes without the other.
@@ -24,5 +25,29 @@ import Testing
         for code in ErrorCode.allCases {
             #expect(text.contains("| `\(code.rawValue)` |"), "docs/protocol.md does not list \(code.rawValue)")
         }
+    }
+}
+
+@Suite struct OpenAPITests {
+    /// Every REST route the gateway answers is in the OpenAPI document, and the document is served.
+    @Test func theOpenAPIDocumentListsEveryRouteAndIsServed() async throws {
+        let text = try String(contentsOfFile: repositoryRoot + "/web/openapi.json", encoding: .utf8)
+        let document = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+        #expect(document["openapi"] == "3.0.3")
+        let paths = try #require(document["paths"]?.objectValue)
+        let expected = [
+            "/healthz", "/readyz", "/metrics", "/v1/tokens", "/v1/dev/tokens", "/v1/turn", "/v1/rooms", "/v1/rooms/{name}",
+            "/v1/rooms/{name}/data", "/v1/rooms/{name}/peers/{peer_id}", "/v1/devices", "/v1/devices/{device_id}",
+            "/v1/users/me/blocked", "/v1/calls", "/v1/calls/{call_id}", "/v1/calls/{call_id}/trace",
+            "/v1/calls/{call_id}/answer", "/v1/calls/{call_id}/decline", "/v1/calls/{call_id}/cancel", "/v1/calls/{call_id}/end",
+        ]
+        for path in expected { #expect(paths[path] != nil, "\(path) is missing from web/openapi.json") }
+        #expect(Set(paths.keys) == Set(expected), "the document lists a route the server does not have")
+
+        let server = try TestServer()
+        defer { server.stop() }
+        let served = try await HTTPClient.request("GET", server.baseURL + "/openapi.json")
+        #expect(served.status == 200)
+        #expect(served.headers["content-type"] == "application/json")
     }
 }
