@@ -132,7 +132,8 @@ private func memoryBIO(_ text: String) -> OpaquePointer? {
     return bio
 }
 
-private func opensslError() -> String {
+/// The description of OpenSSL's most recent error (libcrypto's queue serves libssl too).
+func opensslError() -> String {
     let code = ERR_get_error()
     guard code != 0 else { return "unknown error" }
     var buffer = [CChar](repeating: 0, count: 256)

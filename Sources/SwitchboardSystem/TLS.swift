@@ -43,11 +43,7 @@ final class TLSServerContext: @unchecked Sendable {
     deinit { SSL_CTX_free(context) }
 
     static func lastError() -> String {
-        let code = ERR_get_error()
-        guard code != 0 else { return "unknown error" }
-        var buffer = [CChar](repeating: 0, count: 256)
-        ERR_error_string_n(code, &buffer, buffer.count)
-        return buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        opensslError()
     }
 }
 

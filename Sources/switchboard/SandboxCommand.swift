@@ -80,18 +80,8 @@ enum SandboxCommand {
                    --url \(sandbox.url) --ca-file \(sandbox.certificatePath)
             """)
         fflush(nil)
-        let stop = DispatchSemaphore(value: 0)
-        var sources: [any DispatchSourceSignal] = []
-        for signalNumber in [SIGTERM, SIGINT] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-            source.setEventHandler { stop.signal() }
-            source.resume()
-            sources.append(source)
-        }
-        stop.wait()
+        waitForTermination()
         sandbox.stop()
-        sources.forEach { $0.cancel() }
         return 0
     }
 }

@@ -78,18 +78,8 @@ enum ServeCommand {
         print("Switchboard is running: \(server.publicURL)  (Ctrl-C to stop)\n")
         fflush(nil)
 
-        let stop = DispatchSemaphore(value: 0)
-        var sources: [any DispatchSourceSignal] = []
-        for signalNumber in [SIGTERM, SIGINT] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-            source.setEventHandler { stop.signal() }
-            source.resume()
-            sources.append(source)
-        }
-        stop.wait()
+        waitForTermination()
         server.shutdown()
-        sources.forEach { $0.cancel() }
         return 0
     }
 }

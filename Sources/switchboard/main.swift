@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import SwitchboardProtocol
 import SwitchboardServer
@@ -21,6 +22,21 @@ let usage = """
     """
 
 let version = "0.1.0"
+
+/// Blocks until SIGTERM or SIGINT arrives.
+func waitForTermination() {
+    let stop = DispatchSemaphore(value: 0)
+    var sources: [any DispatchSourceSignal] = []
+    for signalNumber in [SIGTERM, SIGINT] {
+        signal(signalNumber, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+        source.setEventHandler { stop.signal() }
+        source.resume()
+        sources.append(source)
+    }
+    stop.wait()
+    sources.forEach { $0.cancel() }
+}
 
 func printError(_ message: String) {
     FileHandle.standardError.write(Data((message + "\n").utf8))
