@@ -1,2 +1,3 @@
 #include <openssl/ssl.h>
 #include <openssl/err.h>
+#include <openssl/x509.h>

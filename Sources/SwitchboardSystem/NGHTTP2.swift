@@ -18,6 +18,8 @@ public final class HTTP2Server: @unchecked Sendable {
         public var privateKeyPath: String
         /// SETTINGS_MAX_CONCURRENT_STREAMS announced to clients.
         public var maxConcurrentStreams: UInt32 = 1000
+        /// Trust client certificates from these authorities (certificate-based authentication).
+        public var clientCAPath: String?
 
         public init(host: String, port: Int, certificatePath: String, privateKeyPath: String) {
             self.host = host
@@ -39,6 +41,8 @@ public final class HTTP2Server: @unchecked Sendable {
         public var streamID: Int32
         /// Its position among the requests of its connection, from 1.
         public var streamIndex: Int
+        /// The subject of the client certificate the connection authenticated with, if any.
+        public var clientCertificate: String?
 
         public func header(_ name: String) -> String? { headers.first { $0.0 == name }?.1 }
         public func headerCount(_ name: String) -> Int { headers.filter { $0.0 == name }.count }
@@ -92,7 +96,8 @@ public final class HTTP2Server: @unchecked Sendable {
     public init(options: Options, handler: @escaping Handler) throws {
         self.options = options
         self.handler = handler
-        tls = try TLSServerContext(certificatePath: options.certificatePath, privateKeyPath: options.privateKeyPath)
+        tls = try TLSServerContext(
+            certificatePath: options.certificatePath, privateKeyPath: options.privateKeyPath, clientCAPath: options.clientCAPath)
         try listen()
         var pipeEnds: [Int32] = [0, 0]
         guard pipe(&pipeEnds) == 0 else { throw SystemError.listenFailed(host: options.host, port: options.port) }
@@ -275,6 +280,7 @@ public final class HTTP2Server: @unchecked Sendable {
                     drop(conn)
                     return
                 }
+                conn.clientCertificate = conn.tls.verifiedPeerSubject
             case .wantRead, .wantWrite:
                 return
             case .closed, .failed:
@@ -420,7 +426,7 @@ public final class HTTP2Server: @unchecked Sendable {
         let request = Request(
             method: stream.header(":method") ?? "", path: stream.header(":path") ?? "",
             headers: stream.headers.filter { !$0.0.hasPrefix(":") }, body: stream.body, connection: conn.id,
-            streamID: stream.id, streamIndex: stream.index)
+            streamID: stream.id, streamIndex: stream.index, clientCertificate: conn.clientCertificate)
         handler(request, Responder(server: self, connection: conn.id, streamID: stream.id))
     }
 
@@ -454,6 +460,7 @@ public final class HTTP2Server: @unchecked Sendable {
         var wantsWrite = false
         var goAwayAfter: Int32?
         var highestDispatched: Int32 = 0
+        var clientCertificate: String?
         /// Requests handed to the handler and not answered yet.
         var awaitingAnswers = 0
         /// Half-closed after the last answer; waiting for the client to close.

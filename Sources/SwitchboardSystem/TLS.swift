@@ -9,7 +9,9 @@ final class TLSServerContext: @unchecked Sendable {
     // creating connections from one context on any thread).
     let context: OpaquePointer
 
-    init(certificatePath: String, privateKeyPath: String) throws {
+    /// `clientCAPath`: certificate authorities whose client certificates authenticate a
+    /// connection (optional: clients without a certificate are still accepted).
+    init(certificatePath: String, privateKeyPath: String, clientCAPath: String? = nil) throws {
         guard let context = SSL_CTX_new(TLS_server_method()) else { throw SystemError.crypto("SSL_CTX_new failed") }
         self.context = context
         SSL_CTX_ctrl(context, SSL_CTRL_SET_MIN_PROTO_VERSION, Int(TLS1_2_VERSION), nil)
@@ -22,6 +24,12 @@ final class TLSServerContext: @unchecked Sendable {
             SSL_CTX_check_private_key(context) == 1
         else {
             throw SystemError.crypto("cannot load the private key \(privateKeyPath): \(Self.lastError())")
+        }
+        if let clientCAPath {
+            guard SSL_CTX_load_verify_locations(context, clientCAPath, nil) == 1 else {
+                throw SystemError.crypto("cannot load the client CA \(clientCAPath): \(Self.lastError())")
+            }
+            SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nil)
         }
         SSL_CTX_set_alpn_select_cb(context, { _, out, outLength, input, inputLength, _ in
             // Choose "h2" if the client offers it; APNs speaks nothing else.
@@ -98,6 +106,15 @@ final class TLSConnection {
     func write(_ buffer: UnsafeRawBufferPointer) -> Outcome {
         let count = SSL_write(ssl, buffer.baseAddress, Int32(buffer.count))
         return count > 0 ? .done(Int(count)) : outcome(of: count)
+    }
+
+    /// The subject of the client's certificate, when it sent one that verified.
+    var verifiedPeerSubject: String? {
+        guard SSL_get_verify_result(ssl) == X509_V_OK, let certificate = SSL_get1_peer_certificate(ssl) else { return nil }
+        defer { X509_free(certificate) }
+        guard let name = X509_get_subject_name(certificate), let line = X509_NAME_oneline(name, nil, 0) else { return "" }
+        defer { CRYPTO_free(line, #file, #line) }
+        return String(cString: line)
     }
 
     /// Sends close_notify (best effort).

@@ -24,6 +24,9 @@ public final class APNsSandbox: Sendable {
         public var keys: [String: ECPublicKey] = [:]
         /// Accept any well-formed ES256 token whatever its key (signature not checked).
         public var acceptAnyKey = false
+        /// Certificate-based authentication: a connection whose client certificate verifies
+        /// against these authorities needs no provider token.
+        public var clientCAPath: String?
         /// SETTINGS_MAX_CONCURRENT_STREAMS announced on each connection.
         public var maxConcurrentStreams: UInt32 = 1000
         /// The sandbox's clock (tests move it).
@@ -182,6 +185,7 @@ public final class APNsSandbox: Sendable {
         var options = HTTP2Server.Options(
             host: configuration.host, port: configuration.port, certificatePath: certificate!, privateKeyPath: key!)
         options.maxConcurrentStreams = configuration.maxConcurrentStreams
+        options.clientCAPath = configuration.clientCAPath
         let admin = SandboxAdmin(logger: logger)
         self.admin = admin
         let validator = SandboxValidator(configuration: configuration)
@@ -327,14 +331,25 @@ struct SandboxValidator: Sendable {
             return refuse(400, "DuplicateHeaders")
         }
 
-        // The provider token.
+        // The provider token, unless the connection authenticated with a client certificate.
+        if request.clientCertificate != nil, request.header("authorization") == nil {
+            return checkHeadersAndPayload(request, token: token, apnsID: apnsID, state: &state)
+        }
         guard let authorization = request.header("authorization") else { return refuse(403, "MissingProviderToken") }
         guard authorization.lowercased().hasPrefix("bearer ") else { return refuse(403, "InvalidProviderToken") }
         switch checkProviderToken(String(authorization.dropFirst(7)), now: now, state: &state) {
         case .some(let failure): return refuse(failure.status, failure.reason)
         case .none: break
         }
+        return checkHeadersAndPayload(request, token: token, apnsID: apnsID, state: &state)
+    }
 
+    private func checkHeadersAndPayload(
+        _ request: HTTP2Server.Request, token: String, apnsID: String, state: inout APNsSandbox.State
+    ) -> Verdict {
+        func refuse(_ status: Int, _ reason: String, timestamp: Int64? = nil) -> Verdict {
+            Verdict(status: status, reason: reason, timestamp: timestamp, apnsID: apnsID, token: token)
+        }
         // Headers.
         guard let pushType = request.header("apns-push-type"), Self.pushTypes.contains(pushType) else {
             return refuse(400, "InvalidPushType")

@@ -7,12 +7,15 @@ enum AppCommand {
         USAGE: switchboard app create --name NAME --bundle-id BUNDLE_ID [--data-dir DIR]
                switchboard app list [--data-dir DIR]
                switchboard app push-key --api-key KEY --key-file AuthKey.p8 --key-id KEY_ID --team-id TEAM_ID [--data-dir DIR]
+               switchboard app push-cert --api-key KEY --cert-file voip.pem [--cert-key key.pem] [--password P] [--data-dir DIR]
 
         create  Creates an app and prints it as JSON, with its API key and secret.
                 The secret is printed this once; store it in your backend's secrets.
         list    Lists the apps as JSON, secrets redacted.
         push-key
                 Sets the APNs signing key the server uses for the app's pushes (stored, never shown).
+        push-cert
+                Sets a VoIP services certificate (PEM, with its key) instead (stored, never shown).
 
         OPTIONS:
           --name NAME            The app's name.
@@ -22,7 +25,8 @@ enum AppCommand {
         """
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let parsed = try Arguments(arguments, valued: ["name", "bundle-id", "data-dir", "api-key", "key-file", "key-id", "team-id"])
+        let parsed = try Arguments(
+            arguments, valued: ["name", "bundle-id", "data-dir", "api-key", "key-file", "key-id", "team-id", "cert-file", "cert-key", "password"])
         if parsed.has("help") || parsed.positionals.isEmpty {
             print(help)
             return parsed.has("help") ? 0 : 2
@@ -67,6 +71,22 @@ enum AppCommand {
             try store.setPushSettings(
                 AppPushSettings(keyPEM: pem, keyID: try parsed.required("key-id"), teamID: try parsed.required("team-id")), appID: app.id)
             print("APNs key \(try parsed.required("key-id")) set for \(app.name) (\(app.id))")
+            return 0
+        case "push-cert":
+            let store = try Store(directory: dataDirectory)
+            defer { store.close() }
+            let apiKey = try parsed.required("api-key")
+            guard let app = store.app(apiKey: apiKey) else { throw UsageError("no app with API key \(apiKey)") }
+            var pem = ""
+            for file in [try parsed.required("cert-file")] + parsed.values("cert-key") {
+                guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { throw UsageError("cannot read \(file)") }
+                pem += text.hasSuffix("\n") ? text : text + "\n"
+            }
+            guard pem.contains("BEGIN CERTIFICATE"), pem.contains("PRIVATE KEY") else {
+                throw UsageError("give the certificate and its private key as PEM (--cert-key for a separate key file)")
+            }
+            try store.setPushSettings(.certificate(pem: pem, password: parsed.value("password")), appID: app.id)
+            print("APNs certificate set for \(app.name) (\(app.id))")
             return 0
         default:
             throw UsageError("unknown app command '\(parsed.positionals[0])'")

@@ -33,13 +33,14 @@ enum SandboxCommand {
         OPTIONS:
           --key KEY_ID=FILE          Accept provider tokens signed by this key (PEM, public or private; repeatable).
           --accept-any-key           Accept any well-formed ES256 provider token.
+          --client-ca FILE           Certificate authentication: client certificates from these CAs need no token.
           --max-concurrent-streams N SETTINGS_MAX_CONCURRENT_STREAMS per connection (default 1000).
           --help                     Show this help.
         """
 
     static func run(_ arguments: [String]) throws -> Int32 {
         let parsed = try Arguments(
-            arguments, valued: ["port", "admin-port", "host", "key", "cert", "cert-key", "dir", "max-concurrent-streams"])
+            arguments, valued: ["port", "admin-port", "host", "key", "cert", "cert-key", "dir", "max-concurrent-streams", "client-ca"])
         if parsed.has("help") {
             print(help)
             return 0
@@ -60,14 +61,15 @@ enum SandboxCommand {
             configuration.maxConcurrentStreams = value
         }
         configuration.acceptAnyKey = parsed.has("accept-any-key")
+        configuration.clientCAPath = parsed.value("client-ca")
         for entry in parsed.values("key") {
             guard let equals = entry.firstIndex(of: "=") else { throw UsageError("--key is KEY_ID=FILE") }
             let file = String(entry[entry.index(after: equals)...])
             guard let pem = try? String(contentsOfFile: file, encoding: .utf8) else { throw UsageError("cannot read \(file)") }
             configuration.keys[String(entry[..<equals])] = try ECPublicKey(pem: pem)
         }
-        guard configuration.acceptAnyKey || !configuration.keys.isEmpty else {
-            throw UsageError("give --key KEY_ID=FILE (repeatable) or --accept-any-key")
+        guard configuration.acceptAnyKey || !configuration.keys.isEmpty || configuration.clientCAPath != nil else {
+            throw UsageError("give --key KEY_ID=FILE (repeatable), --accept-any-key or --client-ca")
         }
 
         signal(SIGPIPE, SIG_IGN)

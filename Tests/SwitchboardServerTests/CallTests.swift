@@ -11,7 +11,8 @@ final class CallFixture: Sendable {
     let server: TestServer
     let directory: String
 
-    init(_ configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in }) throws {
+    /// `certificate`: the app authenticates to APNs with a client certificate instead of a key.
+    init(certificate: Bool = false, _ configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in }) throws {
         directory = try makeTemporaryDirectory()
         let key = try ECPrivateKey.generate()
         var sandboxConfiguration = APNsSandbox.Configuration()
@@ -19,6 +20,11 @@ final class CallFixture: Sendable {
         sandboxConfiguration.adminPort = 0
         sandboxConfiguration.directory = directory
         sandboxConfiguration.keys = ["KEY1234567": try ECPublicKey(pem: key.publicKeyPEM)]
+        let certificatePEM = try key.selfSignedCertificate(commonName: "VoIP Services: com.example.chat", days: 30)
+        if certificate {
+            try certificatePEM.write(toFile: directory + "/client-ca.pem", atomically: true, encoding: .utf8)
+            sandboxConfiguration.clientCAPath = directory + "/client-ca.pem"
+        }
         let sandbox = try APNsSandbox(configuration: sandboxConfiguration, logger: Logger(minimumLevel: .error))
         self.sandbox = sandbox
         server = try TestServer {
@@ -26,7 +32,9 @@ final class CallFixture: Sendable {
             $0.apnsCAFile = sandbox.certificatePath
             configure(&$0)
         }
-        try server.server.store.setPushSettings(AppPushSettings(keyPEM: key.pem, keyID: "KEY1234567", teamID: "TEAM123456"), appID: server.app.id)
+        let settings: AppPushSettings =
+            certificate ? .certificate(pem: certificatePEM + key.pem, password: nil) : .key(pem: key.pem, keyID: "KEY1234567", teamID: "TEAM123456")
+        try server.server.store.setPushSettings(settings, appID: server.app.id)
     }
 
     func stop() {
@@ -365,6 +373,17 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(entries.first?["call_id"]?.stringValue == ringing)
         #expect(entries.first?["outcome"] == "failed")
         #expect(entries.first?["end_reason"] == "server_restart")
+    }
+
+    @Test func anAppWithACertificateInsteadOfAKeyRingsToo() async throws {
+        let fixture = try CallFixture(certificate: true)
+        defer { fixture.stop() }
+        let phone = try await fixture.registerPhone("bob", device: "b-phone", seed: 71)
+        let alice = try await fixture.connect("alice", device: "a")
+        let callID = try await fixture.call(alice, to: ["bob"])
+        try await fixture.waitForPushes(1, type: "voip", callID: callID)
+        #expect(fixture.pushes(type: "voip", callID: callID).first?.token == phone.voip)
+        #expect(try await event(alice, "call.ringing").data?["callee"] == "bob")
     }
 
     @Test func devicesAreListedWithTokensRedactedAndTokensMoveBetweenUsers() async throws {

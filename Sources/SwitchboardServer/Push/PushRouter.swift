@@ -11,9 +11,12 @@ final class PushRouter: Sendable {
     /// Sends to this host instead of Apple's (the local sandbox).
     private let baseURL: String?
     private let caFile: String?
+    /// Where certificate credentials are written for libcurl (readable by this user only).
+    private let credentialsDirectory: String
     private let services = Mutex<[String: PushService]>([:])
 
-    init(store: Store, metrics: Metrics, logger: Logger, baseURL: String?, caFile: String?) {
+    init(store: Store, metrics: Metrics, logger: Logger, baseURL: String?, caFile: String?, credentialsDirectory: String) {
+        self.credentialsDirectory = credentialsDirectory
         self.store = store
         self.metrics = metrics
         self.logger = logger
@@ -36,12 +39,17 @@ final class PushRouter: Sendable {
     private func service(appID: String, environment: APNsEnvironment) -> PushService? {
         let key = appID + "|" + environment.rawValue
         if let existing = services.withLock({ $0[key] }) { return existing }
-        guard let settings = try? store.pushSettings(appID: appID), let signingKey = try? ECPrivateKey(pem: settings.keyPEM) else {
-            return nil
+        guard let settings = try? store.pushSettings(appID: appID) else { return nil }
+        let credentials: APNsCredentials
+        switch settings {
+        case .key(let pem, let keyID, let teamID):
+            guard let signingKey = try? ECPrivateKey(pem: pem) else { return nil }
+            credentials = .token(ProviderTokenCache(key: signingKey, keyID: keyID, teamID: teamID))
+        case .certificate(let pem, let password):
+            guard let path = try? writeCredential(pem, appID: appID) else { return nil }
+            credentials = .certificate(path: path, keyPath: nil, password: password, isP12: false)
         }
-        var configuration = APNsClientConfiguration(
-            credentials: .token(ProviderTokenCache(key: signingKey, keyID: settings.keyID, teamID: settings.teamID)),
-            environment: environment)
+        var configuration = APNsClientConfiguration(credentials: credentials, environment: environment)
         configuration.baseURL = baseURL
         configuration.caFile = caFile
         let service = PushService(client: APNsClient(configuration: configuration, metrics: metrics, logger: logger), store: store, logger: logger)
@@ -53,6 +61,17 @@ final class PushRouter: Sendable {
             services[key] = service
             return service
         }
+    }
+
+    /// libcurl reads client certificates from files: the PEM goes to a file only this user reads.
+    private func writeCredential(_ pem: String, appID: String) throws -> String {
+        try FileManager.default.createDirectory(
+            atPath: credentialsDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let path = credentialsDirectory + "/\(appID.filter { $0.isLetter || $0.isNumber || $0 == "_" }).pem"
+        guard FileManager.default.createFile(atPath: path, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw SystemError.crypto("cannot write \(path)")
+        }
+        return path
     }
 
     func shutdown() {

@@ -30,16 +30,15 @@ public struct Device: Sendable, Equatable, Codable {
     }
 }
 
-/// An app's APNs signing key.
-public struct AppPushSettings: Sendable, Equatable {
-    public var keyPEM: String
-    public var keyID: String
-    public var teamID: String
+/// How an app authenticates to APNs: a signing key (token-based) or a client certificate.
+public enum AppPushSettings: Sendable, Equatable {
+    /// A .p8 key with its key id and team id.
+    case key(pem: String, keyID: String, teamID: String)
+    /// A VoIP services certificate and its private key, both PEM (one text).
+    case certificate(pem: String, password: String?)
 
     public init(keyPEM: String, keyID: String, teamID: String) {
-        self.keyPEM = keyPEM
-        self.keyID = keyID
-        self.teamID = teamID
+        self = .key(pem: keyPEM, keyID: keyID, teamID: teamID)
     }
 }
 
@@ -123,22 +122,33 @@ extension Store {
     // MARK: Push settings
 
     public func setPushSettings(_ settings: AppPushSettings, appID: String) throws {
+        var values: [SQLValue] = [.text(appID)]
+        switch settings {
+        case .key(let pem, let keyID, let teamID):
+            values += [.text("key"), .text(pem), .text(keyID), .text(teamID), .null, .null]
+        case .certificate(let pem, let password):
+            values += [.text("certificate"), .null, .null, .null, .text(pem), password.map(SQLValue.text) ?? .null]
+        }
+        values.append(.integer(Int64(Date().timeIntervalSince1970 * 1000)))
+        let row = values
         _ = try write { database in
             try database.query(
                 """
-                INSERT INTO app_push (app_id, key_pem, key_id, team_id, updated_at) VALUES (?, ?, ?, ?, ?)
-                ON CONFLICT (app_id) DO UPDATE SET key_pem = excluded.key_pem, key_id = excluded.key_id,
-                    team_id = excluded.team_id, updated_at = excluded.updated_at
-                """,
-                [.text(appID), .text(settings.keyPEM), .text(settings.keyID), .text(settings.teamID),
-                 .integer(Int64(Date().timeIntervalSince1970 * 1000))])
+                INSERT OR REPLACE INTO app_push (app_id, kind, key_pem, key_id, team_id, certificate_pem, certificate_password, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """, row)
         }
     }
 
     public func pushSettings(appID: String) throws -> AppPushSettings? {
         try read { database in
-            try database.query("SELECT key_pem, key_id, team_id FROM app_push WHERE app_id = ?", [.text(appID)]).first.map {
-                AppPushSettings(keyPEM: $0[0].string ?? "", keyID: $0[1].string ?? "", teamID: $0[2].string ?? "")
+            try database.query(
+                "SELECT kind, key_pem, key_id, team_id, certificate_pem, certificate_password FROM app_push WHERE app_id = ?",
+                [.text(appID)]
+            ).first.map { row in
+                row[0].string == "certificate"
+                    ? .certificate(pem: row[4].string ?? "", password: row[5].string)
+                    : .key(pem: row[1].string ?? "", keyID: row[2].string ?? "", teamID: row[3].string ?? "")
             }
         }
     }

@@ -51,9 +51,12 @@ public final class Store: Sendable {
         CREATE INDEX devices_apns ON devices (app_id, apns_token);
         CREATE TABLE app_push (
             app_id TEXT PRIMARY KEY,
-            key_pem TEXT NOT NULL,
-            key_id TEXT NOT NULL,
-            team_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            key_pem TEXT,
+            key_id TEXT,
+            team_id TEXT,
+            certificate_pem TEXT,
+            certificate_password TEXT,
             updated_at INTEGER NOT NULL
         );
         CREATE TABLE blocked (
