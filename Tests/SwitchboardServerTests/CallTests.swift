@@ -242,6 +242,20 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         let summary = try await fixture.get("/v1/calls/\(callID)", as: "bob")
         #expect(summary["state"] == "ended")
         #expect(summary["outcome"] == "cancelled")
+        try await within(.seconds(5), "the trace to show both pushes") {
+            while true {
+                let trace = try await fixture.get("/v1/calls/\(callID)/trace", as: "alice")
+                guard case .array(let entries)? = trace["trace"] else { continue }
+                let channels = Set(entries.filter { $0["event"] == "apns_accepted" }.compactMap { $0["channel"]?.stringValue })
+                if channels == ["voip_push", "alert_push"] { return }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        fixture.server.server.store.flush()
+        let history = try await fixture.get("/v1/calls", as: "bob")
+        guard case .array(let calls)? = history["calls"] else { throw Timeout(what: "history") }
+        #expect(calls.first?["outcome"] == "missed")
+        #expect(calls.first?["end_reason"] == "cancelled")
     }
 
     @Test func nobodyAnswersBeforeTheRingTimeout() async throws {
@@ -288,6 +302,10 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(alert.payload?["aps"]?["alert"]?["title"] == "Incoming call")
         #expect(fixture.pushes(type: "voip").isEmpty)
         _ = try await event(alice, "call.ringing")
+        let trace = try await fixture.get("/v1/calls/\(callID)/trace", as: "alice")
+        guard case .array(let entries)? = trace["trace"] else { throw Timeout(what: "a trace") }
+        #expect(entries.contains { $0["device"] == "b-china" && $0["channel"] == "alert_push" && $0["event"] == "apns_accepted" })
+        #expect(!entries.contains { $0["channel"] == "voip_push" })
     }
 
     @Test func blockedAndRateLimitedCallersRingNobody() async throws {
