@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "SwitchboardProtocol", targets: ["SwitchboardProtocol"]),
         .library(name: "SwitchboardServer", targets: ["SwitchboardServer"]),
         .library(name: "SwitchboardTesting", targets: ["SwitchboardTesting"]),
+        .library(name: "SwitchboardKit", targets: ["SwitchboardKit"]),
     ],
     targets: [
         // C libraries, each imported by exactly one Swift file in SwitchboardSystem.
@@ -46,6 +47,10 @@ let package = Package(
         .target(
             name: "SwitchboardServer",
             dependencies: ["SwitchboardProtocol", "SwitchboardSystem"]),
+        // The client SDK: signaling client, calls, and the seam to the phone's call UI.
+        .target(
+            name: "SwitchboardKit",
+            dependencies: ["SwitchboardProtocol", "SwitchboardSystem"]),
         // Test doubles others need: the local APNs sandbox.
         .target(
             name: "SwitchboardTesting",
@@ -69,6 +74,9 @@ let package = Package(
         .testTarget(
             name: "SwitchboardServerTests",
             dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem", "SwitchboardTesting"]),
+        .testTarget(
+            name: "SwitchboardKitTests",
+            dependencies: ["SwitchboardKit", "SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem", "SwitchboardTesting"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,329 @@
+import Foundation
+import Synchronization
+import SwitchboardProtocol
+
+/// What the call manager tells the app.
+public enum CallManagerEvent: Sendable, Equatable {
+    case incoming(UUID, CallUpdate)
+    case outgoingStarted(UUID)
+    /// The call is up (answered here, or the callee answered an outgoing call).
+    case connected(UUID)
+    case ended(UUID, CallEndedReason)
+    /// The system activated (true) or deactivated the audio session: start or stop media.
+    case audioActive(Bool)
+    case muted(UUID, Bool)
+    case held(UUID, Bool)
+}
+
+/// Calls on a phone: turns VoIP pushes and server events into the system's call UI, and the
+/// user's actions on that UI into requests to the server. The CallKit UUID of a call is the
+/// server's call id, so a push and a WebSocket invite for one call are one call.
+///
+/// Wire it at launch, before anything else (PushKit requires it):
+///
+/// ```swift
+/// let system = CallKitSystem(configuration: …)      // or SimulatedCallSystem() in tests
+/// let calls = CallManager(client: client, system: system)
+/// // PKPushRegistryDelegate:
+/// calls.handleIncomingVoIPPush(payload: payload.dictionaryPayload as! [String: Any], completion: completion)
+/// ```
+public final class CallManager: CallSystemDelegate, @unchecked Sendable {
+    // Safety: mutable state is in `calls`, under its Mutex; the rest is immutable.
+
+    private enum Phase: Equatable {
+        case ringing, answering, active, ended
+    }
+
+    private struct ManagedCall {
+        var id: UUID
+        var incoming: Bool
+        var phase: Phase
+        var room: String?
+    }
+
+    /// How long to wait for the server before failing an answer or ending an unknown call.
+    public let serverTimeout: Duration
+    public let client: SwitchboardClient
+    public let system: any CallSystem
+    public let events: AsyncStream<CallManagerEvent>
+    private let sink: AsyncStream<CallManagerEvent>.Continuation
+    private let http: any HTTPTransport
+    private let calls = Mutex<[UUID: ManagedCall]>([:])
+    private let listening = Mutex<Task<Void, Never>?>(nil)
+
+    public init(client: SwitchboardClient, system: any CallSystem, http: any HTTPTransport = CurlHTTPTransport(), serverTimeout: Duration = .seconds(10)) {
+        self.client = client
+        self.system = system
+        self.http = http
+        self.serverTimeout = serverTimeout
+        (events, sink) = AsyncStream.makeStream(of: CallManagerEvent.self)
+        system.delegate = self
+    }
+
+    /// Follows the client's events (call them before or after `client.connect()`).
+    public func start() {
+        let client = self.client
+        listening.withLock { task in
+            task?.cancel()
+            task = Task { [weak self] in
+                for await event in client.events {
+                    guard let self else { return }
+                    if case .event(let type, let data, _) = event { self.serverEvent(type, data) }
+                }
+            }
+        }
+    }
+
+    /// The calls the manager is following.
+    public var liveCallIDs: [UUID] { calls.withLock { $0.values.filter { $0.phase != .ended }.map(\.id) } }
+
+    // MARK: PushKit
+
+    /// Handles a VoIP push. Reports a call to the system **before returning**, whatever the
+    /// payload holds (a malformed, stale or unknown call is reported, then ended), then connects
+    /// and asks the server for the call's state to end it at once if it is over.
+    public func handleIncomingVoIPPush(payload: [String: Any], completion: @escaping @Sendable () -> Void) {
+        let callID = (payload["call_id"] as? String).flatMap(UUID.init(uuidString:))
+            ?? (payload["UUID"] as? String).flatMap(UUID.init(uuidString:))
+        let caller = payload["caller"] as? [String: Any]
+        let name = (caller?["name"] as? String) ?? (caller?["identity"] as? String) ?? "Unknown caller"
+        let handle = (caller?["handle"] as? String) ?? (payload["handle"] as? String) ?? name
+        let video = (payload["video"] as? Bool) ?? (payload["hasVideo"] as? Bool) ?? false
+        let id = callID ?? UUID()
+        let update = CallUpdate(handle: handle, displayName: name, hasVideo: video)
+
+        let known = calls.withLock { calls -> Bool in
+            if calls[id] != nil { return true }
+            calls[id] = ManagedCall(id: id, incoming: true, phase: .ringing)
+            return false
+        }
+        system.reportNewIncomingCall(id, update: update) { _ in }
+        if !known { sink.yield(.incoming(id, update)) }
+        completion()
+
+        guard callID != nil else {
+            // Nothing to ring for: reported (as iOS demands), now ended.
+            finish(id, reason: .failed)
+            return
+        }
+        if let expires = (payload["ring_expires_at"] as? NSNumber)?.int64Value,
+            Double(expires) / 1000 < Date().timeIntervalSince1970 - 5
+        {
+            finish(id, reason: .unanswered)
+            return
+        }
+        Task { await reconcile(id) }
+    }
+
+    /// Connects if needed and ends the call if the server says it is over.
+    private func reconcile(_ id: UUID) async {
+        let deadline = ContinuousClock.now + serverTimeout
+        while ContinuousClock.now < deadline {
+            do {
+                try await client.connect()
+                let summary = try await client.callState(id.uuidString.lowercased(), http: http)
+                if let reason = await endReason(from: summary) { finish(id, reason: reason) }
+                return
+            } catch SwitchboardError.server(let error) where error.code == .notFound || error.code == .forbidden {
+                finish(id, reason: .failed)
+                return
+            } catch {
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        finish(id, reason: .failed)
+    }
+
+    /// The reason to show for a call the server reports, or nil while it still rings for us.
+    private func endReason(from summary: JSONValue) async -> CallEndedReason? {
+        let me = await client.identity
+        let mine = summary["callees"].flatMap { value -> JSONValue? in
+            guard case .array(let callees) = value else { return nil }
+            return callees.first { $0["identity"]?.stringValue == me }
+        }
+        let status = mine?["status"]?.stringValue
+        switch summary["state"]?.stringValue {
+        case "ringing":
+            return status == "declined" ? .declinedElsewhere : status == "missed" ? .unanswered : nil
+        case "accepted":
+            if status == "accepted" { return .answeredElsewhere }
+            if status == "declined" { return .declinedElsewhere }
+            return status == "ringing" ? nil : .unanswered
+        default:
+            if status == "accepted" { return .answeredElsewhere }
+            if status == "declined" { return .declinedElsewhere }
+            switch summary["outcome"]?.stringValue {
+            case "missed": return .unanswered
+            case "failed": return .failed
+            default: return .remoteEnded
+            }
+        }
+    }
+
+    // MARK: Outgoing
+
+    /// Rings `callees`: creates the call on the server, then asks the system to show it with the
+    /// server's call id as its UUID.
+    public func startCall(to callees: [String], video: Bool = false, handle: String? = nil) async throws -> UUID {
+        try await client.connect()
+        let reply = try await client.request(
+            MessageType.callCreate, encoding: CallCreateRequest(callees: callees, video: video, handle: handle))
+        guard let callID = reply?["call_id"]?.stringValue, let id = UUID(uuidString: callID) else {
+            throw SwitchboardError.invalidResponse("call.create returned no call id")
+        }
+        calls.withLock { $0[id] = ManagedCall(id: id, incoming: false, phase: .ringing, room: reply?["media"]?["room"]?.stringValue) }
+        try await system.request(.start(id, handle: callees.joined(separator: ", "), video: video))
+        sink.yield(.outgoingStarted(id))
+        return id
+    }
+
+    // MARK: Server events
+
+    private func serverEvent(_ type: String, _ data: JSONValue) {
+        guard type.hasPrefix("call."), let callID = data["call_id"]?.stringValue, let id = UUID(uuidString: callID) else { return }
+        switch type {
+        case "call.incoming":
+            let caller = data["caller"]
+            let update = CallUpdate(
+                handle: caller?["handle"]?.stringValue ?? caller?["identity"]?.stringValue ?? "",
+                displayName: caller?["name"]?.stringValue ?? caller?["identity"]?.stringValue ?? "Unknown caller",
+                hasVideo: data["video"] == true)
+            let known = calls.withLock { calls -> Bool in
+                if calls[id] != nil { return true }
+                calls[id] = ManagedCall(id: id, incoming: true, phase: .ringing, room: data["media"]?["room"]?.stringValue)
+                return false
+            }
+            if !known {
+                system.reportNewIncomingCall(id, update: update) { _ in }
+                sink.yield(.incoming(id, update))
+            } else if let room = data["media"]?["room"]?.stringValue {
+                calls.withLock { $0[id]?.room = room }
+            }
+        case "call.accepted":
+            let outgoing = calls.withLock { calls -> Bool in
+                guard let call = calls[id], !call.incoming, call.phase == .ringing else { return false }
+                calls[id]?.phase = .active
+                return true
+            }
+            if outgoing {
+                system.reportOutgoingCallConnected(id)
+                sink.yield(.connected(id))
+            }
+        case "call.answered_elsewhere": finish(id, reason: .answeredElsewhere)
+        case "call.declined_elsewhere": finish(id, reason: .declinedElsewhere)
+        case "call.cancelled": finish(id, reason: .remoteEnded)
+        case "call.missed": finish(id, reason: .unanswered)
+        case "call.ended":
+            let outcome = data["outcome"]?.stringValue
+            finish(id, reason: outcome == "failed" ? .failed : outcome == "missed" ? .unanswered : .remoteEnded)
+        default:
+            break
+        }
+    }
+
+    /// Ends a call on the system's UI once.
+    private func finish(_ id: UUID, reason: CallEndedReason) {
+        let wasLive = calls.withLock { calls -> Bool in
+            guard let call = calls[id], call.phase != .ended else { return false }
+            calls[id]?.phase = .ended
+            return true
+        }
+        guard wasLive else { return }
+        system.reportCall(id, endedAt: Date(), reason: reason)
+        sink.yield(.ended(id, reason))
+    }
+
+    // MARK: CallSystemDelegate
+
+    public func callSystem(perform action: CallAction, completion: ActionCompletion) {
+        let id = action.callID
+        let callID = id.uuidString.lowercased()
+        switch action {
+        case .start:
+            completion.fulfill()  // created on the server before the system was asked
+        case .answer:
+            let known = calls.withLock { calls -> Bool in
+                guard calls[id]?.phase == .ringing else { return false }
+                calls[id]?.phase = .answering
+                return true
+            }
+            guard known else {
+                completion.fail()
+                return
+            }
+            // Hold the answer until the server confirms; fail it if the call is over.
+            let timeout = serverTimeout
+            Task {
+                let deadline = ContinuousClock.now + timeout
+                while ContinuousClock.now < deadline {
+                    do {
+                        try await client.connect()
+                        try await client.request(MessageType.callAnswer, encoding: CallActionRequest(callID: callID))
+                        calls.withLock { $0[id]?.phase = .active }
+                        completion.fulfill()
+                        sink.yield(.connected(id))
+                        return
+                    } catch SwitchboardError.server(let error) {
+                        completion.fail()
+                        finish(id, reason: error.message.contains("another device") ? .answeredElsewhere : .remoteEnded)
+                        return
+                    } catch {
+                        try? await Task.sleep(for: .milliseconds(200))
+                    }
+                }
+                completion.fail()
+                finish(id, reason: .failed)
+            }
+        case .end:
+            let call = calls.withLock { calls -> ManagedCall? in
+                let call = calls[id]
+                calls[id]?.phase = .ended
+                return call
+            }
+            // Fulfil at once (hanging up must never wait for the network); tell the server after.
+            completion.fulfill()
+            guard let call, call.phase != .ended else { return }
+            let type: String
+            if call.incoming && call.phase == .ringing {
+                type = MessageType.callDecline
+            } else if !call.incoming && call.phase == .ringing {
+                type = MessageType.callCancel
+            } else {
+                type = MessageType.callEnd
+            }
+            sink.yield(.ended(id, .remoteEnded))
+            Task { try? await client.request(type, encoding: CallActionRequest(callID: callID, reason: "hangup")) }
+        case .setMuted(_, let muted):
+            completion.fulfill()
+            sink.yield(.muted(id, muted))
+        case .setHeld(_, let held):
+            completion.fulfill()
+            sink.yield(.held(id, held))
+        case .playDTMF(_, let digits):
+            // DTMF travels as signaling: a data message in the call's room.
+            let room = calls.withLock { $0[id]?.room }
+            completion.fulfill()
+            if let room {
+                Task { try? await client.request(MessageType.data, encoding: DataRequest(room: room, data: ["dtmf": .string(digits)])) }
+            }
+        }
+    }
+
+    public func callSystem(didChangeAudioActive active: Bool) {
+        sink.yield(.audioActive(active))
+    }
+
+    public func callSystemDidReset() {
+        // Every call is gone from the UI: end them on the server too.
+        let live = calls.withLock { calls -> [ManagedCall] in
+            let live = calls.values.filter { $0.phase != .ended }
+            for call in live { calls[call.id]?.phase = .ended }
+            return live
+        }
+        for call in live {
+            let type = call.phase == .ringing ? (call.incoming ? MessageType.callDecline : MessageType.callCancel) : MessageType.callEnd
+            sink.yield(.ended(call.id, .failed))
+            Task { try? await client.request(type, encoding: CallActionRequest(callID: call.id.uuidString.lowercased(), reason: "reset")) }
+        }
+    }
+}

@@ -1,0 +1,300 @@
+import Foundation
+import SwitchboardProtocol
+
+/// Why a client command failed.
+public enum SwitchboardError: Error, Sendable, Equatable {
+    /// The server refused the request, with its stable code.
+    case server(ErrorBody)
+    /// The connection dropped before the reply came; the command may or may not have run.
+    case connectionLost
+    /// No reply within the timeout.
+    case timeout
+    /// `connect()` was not called, or `disconnect()` was.
+    case notConnected
+    /// The server's upgrade was refused or the answer made no sense.
+    case invalidResponse(String)
+}
+
+/// What the client reports besides server events.
+public enum ClientEvent: Sendable, Equatable {
+    /// A session is open: `resumed` is true when an earlier one was taken over (no event lost).
+    case connected(peerID: String, resumed: Bool)
+    /// The session could not be resumed: rooms must be joined again.
+    case sessionReplaced(peerID: String)
+    /// The connection dropped; the client is reconnecting.
+    case reconnecting(attempt: Int)
+    /// A server event (`room.*`, `signal`, `call.*`), in order, each once.
+    case event(type: String, data: JSONValue, seq: UInt64)
+}
+
+/// The connection to a Switchboard server: requests with replies, ordered events, and
+/// reconnection that resumes the session so no event is lost or repeated.
+///
+/// ```swift
+/// let client = SwitchboardClient(serverURL: URL(string: "https://calls.example.com")!, deviceID: "iphone-1") {
+///     try await myBackend.switchboardToken()
+/// }
+/// try await client.connect()
+/// for await event in client.events { … }
+/// ```
+public actor SwitchboardClient {
+    /// Timing of the client; the defaults suit phones.
+    public struct Options: Sendable {
+        /// How often the client pings when idle.
+        public var pingInterval: Duration = .seconds(5)
+        /// A connection that does not answer a ping this long is dead (the server closes idle
+        /// connections after 45 s; the client notices sooner).
+        public var pingTimeout: Duration = .seconds(10)
+        /// Time allowed for one request's reply.
+        public var requestTimeout: Duration = .seconds(10)
+        /// First reconnection delay; doubles up to `maxBackoff`.
+        public var initialBackoff: Duration = .milliseconds(250)
+        public var maxBackoff: Duration = .seconds(5)
+
+        public init() {}
+    }
+
+    /// The server's base URL (`http(s)://host:port`).
+    public let serverURL: URL
+    /// This install's device id, as registered with `PUT /v1/devices/{id}`.
+    public let deviceID: String?
+    public let options: Options
+    /// Server events and connection changes.
+    public nonisolated let events: AsyncStream<ClientEvent>
+
+    private let eventSink: AsyncStream<ClientEvent>.Continuation
+    private let tokenProvider: @Sendable () async throws -> String
+    private let transport: any WebSocketTransport
+    private var connection: (any WebSocketConnection)?
+    private var connectionNumber = 0
+    private var pending: [Int: CheckedContinuation<JSONValue?, any Error>] = [:]
+    private var nextRequestID = 1
+    private var resumeToken: String?
+    private var lastSequence: UInt64 = 0
+    private var wanted = false
+    private var reconnecting = false
+    private var tasks: [Task<Void, Never>] = []
+    private var lastReceived = ContinuousClock.now
+    /// The peer id of the current session.
+    public private(set) var peerID: String?
+    /// The user this session is for (the token's identity).
+    public private(set) var identity: String?
+    /// The latest access token (for REST calls).
+    public private(set) var token: String?
+
+    /// `tokenProvider` is asked for a fresh access token before every connection, so a token
+    /// never goes stale across reconnects.
+    public init(
+        serverURL: URL, deviceID: String?, options: Options = Options(), transport: (any WebSocketTransport)? = nil,
+        tokenProvider: @escaping @Sendable () async throws -> String
+    ) throws {
+        self.serverURL = serverURL
+        self.deviceID = deviceID
+        self.options = options
+        self.transport = try transport ?? LibWebSocketsTransport()
+        self.tokenProvider = tokenProvider
+        (events, eventSink) = AsyncStream.makeStream(of: ClientEvent.self)
+    }
+
+    /// Whether a session is open now.
+    public var isConnected: Bool { connection != nil }
+
+    /// Opens the session; from then on the client keeps it open until `disconnect()`.
+    /// Calling it while connected does nothing.
+    public func connect() async throws {
+        guard connection == nil, !reconnecting else { return }
+        wanted = true
+        try await open(resume: false)
+        startPinging()
+    }
+
+    /// Closes the session cleanly (the server ends it at once).
+    public func disconnect() {
+        wanted = false
+        tasks.forEach { $0.cancel() }
+        tasks.removeAll()
+        connection?.close(code: 1000)
+        connection = nil
+        failPending(.notConnected)
+        eventSink.finish()
+    }
+
+    /// Drops the connection as a network failure would (for tests): the client reconnects and resumes.
+    public func simulateNetworkDrop() {
+        connection?.close(code: 4000)
+    }
+
+    /// Sends a request and waits for its reply's data.
+    @discardableResult
+    public func request(_ type: String, _ data: JSONValue? = nil) async throws -> JSONValue? {
+        guard let connection else { throw SwitchboardError.notConnected }
+        let id = nextRequestID
+        nextRequestID += 1
+        let envelope = Envelope(type: type, id: .int(Int64(id)), data: data)
+        let text = String(decoding: try JSONEncoder().encode(envelope), as: UTF8.self)
+        let timeout = options.requestTimeout
+        return try await withCheckedThrowingContinuation { continuation in
+            pending[id] = continuation
+            connection.send(text)
+            tasks.append(Task { [weak self] in
+                try? await Task.sleep(for: timeout)
+                await self?.expire(id)
+            })
+        }
+    }
+
+    /// Sends a request with `data` built from an encodable value.
+    @discardableResult
+    public func request(_ type: String, encoding value: some Encodable & Sendable) async throws -> JSONValue? {
+        let data = try JSONDecoder().decode(JSONValue.self, from: JSONEncoder().encode(value))
+        return try await request(type, data)
+    }
+
+    private func expire(_ id: Int) {
+        pending.removeValue(forKey: id)?.resume(throwing: SwitchboardError.timeout)
+    }
+
+    private func failPending(_ error: SwitchboardError) {
+        let waiting = pending
+        pending.removeAll()
+        for continuation in waiting.values { continuation.resume(throwing: error) }
+    }
+
+    // MARK: Connection
+
+    private func open(resume: Bool) async throws {
+        let token = try await tokenProvider()
+        self.token = token
+        var components = URLComponents(url: serverURL, resolvingAgainstBaseURL: false)!
+        components.scheme = serverURL.scheme == "https" ? "wss" : "ws"
+        components.path = "/v1/ws"
+        var query = [URLQueryItem(name: "access_token", value: token)]
+        if let deviceID { query.append(URLQueryItem(name: "device_id", value: deviceID)) }
+        if resume, let resumeToken {
+            query += [URLQueryItem(name: "resume_token", value: resumeToken), URLQueryItem(name: "last_seq", value: String(lastSequence))]
+        }
+        components.queryItems = query
+        let connection = try await transport.connect(to: components.url!)
+        var iterator = connection.messages.makeAsyncIterator()
+        guard case .text(let first)? = await iterator.next(),
+            let hello = try? JSONDecoder().decode(Envelope.self, from: Data(first.utf8))
+        else { throw SwitchboardError.invalidResponse("no session.welcome") }
+        switch hello.type {
+        case MessageType.sessionWelcome:
+            let welcome = try JSONDecoder().decode(SessionWelcome.self, from: JSONEncoder().encode(hello.data))
+            let replaced = resume && resumeToken != nil
+            peerID = welcome.peerID
+            identity = welcome.identity
+            resumeToken = welcome.resumeToken
+            lastSequence = 0
+            eventSink.yield(replaced ? .sessionReplaced(peerID: welcome.peerID) : .connected(peerID: welcome.peerID, resumed: false))
+        case MessageType.sessionResumed:
+            eventSink.yield(.connected(peerID: peerID ?? "", resumed: true))
+        default:
+            throw SwitchboardError.invalidResponse("unexpected \(hello.type)")
+        }
+        self.connection = connection
+        connectionNumber += 1
+        lastReceived = .now
+        let number = connectionNumber
+        let messages = connection.messages
+        _ = messages
+        tasks.append(Task { [weak self] in
+            while let message = await iterator.next() {
+                guard let self else { return }
+                if await !self.receive(message, on: number) { return }
+            }
+            await self?.connectionEnded(number)
+        })
+    }
+
+    /// Handles one message; false when the connection is over.
+    private func receive(_ message: WebSocketMessage, on number: Int) -> Bool {
+        guard number == connectionNumber else { return false }
+        lastReceived = .now
+        switch message {
+        case .closed:
+            connectionEnded(number)
+            return false
+        case .text(let text):
+            guard let envelope = try? JSONDecoder().decode(Envelope.self, from: Data(text.utf8)) else { return true }
+            if envelope.type == MessageType.ok || envelope.type == MessageType.error {
+                guard case .int(let id)? = envelope.id, let continuation = pending.removeValue(forKey: Int(id)) else { return true }
+                if let error = envelope.error {
+                    continuation.resume(throwing: SwitchboardError.server(error))
+                } else {
+                    continuation.resume(returning: envelope.data)
+                }
+            } else if let seq = envelope.seq {
+                guard seq > lastSequence else { return true }  // already seen (a replay overlap)
+                lastSequence = seq
+                eventSink.yield(.event(type: envelope.type, data: envelope.data ?? .null, seq: seq))
+            }
+            return true
+        }
+    }
+
+    private func connectionEnded(_ number: Int) {
+        guard number == connectionNumber, connection != nil else { return }
+        connection = nil
+        failPending(.connectionLost)
+        guard wanted, !reconnecting else { return }
+        reconnecting = true
+        tasks.append(Task { [weak self] in await self?.reconnect() })
+    }
+
+    private func reconnect() async {
+        var delay = options.initialBackoff
+        var attempt = 0
+        while wanted {
+            attempt += 1
+            eventSink.yield(.reconnecting(attempt: attempt))
+            do {
+                try await open(resume: true)
+                reconnecting = false
+                return
+            } catch {
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, options.maxBackoff)
+            }
+        }
+        reconnecting = false
+    }
+
+    /// Pings when idle; a connection silent past the timeout is dropped and resumed.
+    private func startPinging() {
+        let interval = options.pingInterval
+        tasks.append(Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                await self?.pingIfIdle()
+            }
+        })
+    }
+
+    private func pingIfIdle() async {
+        guard let connection else { return }
+        if ContinuousClock.now - lastReceived > options.pingTimeout {
+            connection.close(code: 4000)  // dead: drop it, the reader reconnects
+            connectionEnded(connectionNumber)
+            return
+        }
+        if ContinuousClock.now - lastReceived >= options.pingInterval {
+            _ = try? await request(MessageType.ping)
+        }
+    }
+
+    // MARK: REST
+
+    /// `GET /v1/calls/{id}` with the current token.
+    public func callState(_ callID: String, http: any HTTPTransport) async throws -> JSONValue {
+        guard let token else { throw SwitchboardError.notConnected }
+        let (status, body) = try await http.get(serverURL.appendingPathComponent("v1/calls/\(callID)"), bearer: token)
+        let value = try JSONDecoder().decode(JSONValue.self, from: body)
+        guard status == 200 else {
+            if let error = try? JSONDecoder().decode(ErrorEnvelope.self, from: body) { throw SwitchboardError.server(error.error) }
+            throw SwitchboardError.invalidResponse("HTTP \(status)")
+        }
+        return value
+    }
+}

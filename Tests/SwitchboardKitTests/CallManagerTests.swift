@@ -1,0 +1,314 @@
+import Foundation
+import Synchronization
+import SwitchboardKit
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+import SwitchboardTesting
+import Testing
+
+/// A value under a lock that closures can share.
+final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    func withLock<T>(_ body: (inout Value) -> T) -> T { mutex.withLock { body(&$0) } }
+}
+
+struct Timeout: Error, CustomStringConvertible {
+    var what: String
+    var description: String { "timed out waiting for \(what)" }
+}
+
+func eventually(_ what: String, within limit: Duration = .seconds(5), _ condition: @Sendable () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + limit
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    throw Timeout(what: what)
+}
+
+/// The server, the APNs sandbox, and a way to make phones and tokens.
+final class Stack: Sendable {
+    let sandbox: APNsSandbox
+    let server: SwitchboardServer
+    let app: App
+    let directory: String
+    let clientLoop: EventLoop
+
+    init() throws {
+        directory = NSTemporaryDirectory() + "switchboard-kit-" + RandomID.alphanumeric(8)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let key = try ECPrivateKey.generate()
+        var sandboxConfiguration = APNsSandbox.Configuration()
+        sandboxConfiguration.port = 0
+        sandboxConfiguration.adminPort = 0
+        sandboxConfiguration.directory = directory + "/sandbox"
+        sandboxConfiguration.keys = ["KEY1234567": try ECPublicKey(pem: key.publicKeyPEM)]
+        sandbox = try APNsSandbox(configuration: sandboxConfiguration, logger: Logger(minimumLevel: .error))
+        var configuration = ServerConfiguration()
+        configuration.port = 0
+        configuration.dataDirectory = directory + "/data"
+        configuration.apnsURL = sandbox.url
+        configuration.apnsCAFile = sandbox.certificatePath
+        configuration.logLevel = .error
+        server = try SwitchboardServer.start(configuration, logger: Logger(minimumLevel: .error))
+        app = App.make(name: "Kit", bundleID: "com.example.chat")
+        try server.store.insert(app)
+        try server.store.setPushSettings(.key(pem: key.pem, keyID: "KEY1234567", teamID: "TEAM123456"), appID: app.id)
+        clientLoop = try EventLoop(name: "kit-test")
+    }
+
+    func stop() {
+        server.shutdown()
+        sandbox.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    var url: URL { URL(string: server.baseURL)! }
+
+    func token(_ identity: String) -> String {
+        let claims = AccessTokenIssuer.claims(
+            apiKey: app.apiKey, identity: identity, name: identity.capitalized, grants: Grants(room: "*", roomJoin: true, call: true),
+            ttlSeconds: 3600)
+        return AccessTokenVerifier.sign(claims, secret: app.apiSecret)
+    }
+
+    /// An iPhone for `identity`: registered with tokens, the SDK with a simulated call UI, and the
+    /// sandbox's device stream standing in for PushKit.
+    func phone(_ identity: String, device: String, seed: Int) async throws -> Phone {
+        let phone = try Phone(stack: self, identity: identity, device: device, seed: seed)
+        try await phone.register()
+        return phone
+    }
+}
+
+final class Phone: Sendable {
+    let identity: String
+    let device: String
+    let voipToken: String
+    let apnsToken: String
+    let client: SwitchboardClient
+    let system = SimulatedCallSystem()
+    let manager: CallManager
+    let stack: Stack
+    private let pushes = Locked<[[String: JSONValue]]>([])
+    let managerEvents = Locked<[CallManagerEvent]>([])
+
+    init(stack: Stack, identity: String, device: String, seed: Int) throws {
+        self.stack = stack
+        self.identity = identity
+        self.device = device
+        voipToken = String(format: "%064x", seed)
+        apnsToken = String(format: "%064x", seed + 1_000_000)
+        let token = stack.token(identity)
+        var options = SwitchboardClient.Options()
+        options.initialBackoff = .milliseconds(50)
+        client = try SwitchboardClient(serverURL: stack.url, deviceID: device, options: options) { token }
+        manager = CallManager(client: client, system: system, serverTimeout: .seconds(5))
+        manager.start()
+        let events = manager.events
+        let log = managerEvents
+        Task { for await event in events { log.withLock { $0.append(event) } } }
+    }
+
+    func register() async throws {
+        let body = DeviceRegistration(
+            platform: "ios", voipToken: voipToken, apnsToken: apnsToken, environment: "sandbox", bundleID: "com.example.chat",
+            callKitEnabled: true)
+        let response = try await HTTPClient.request(
+            "PUT", stack.server.baseURL + "/v1/devices/\(device)", headers: [("Authorization", "Bearer " + stack.token(identity))],
+            body: Array(try JSONEncoder().encode(body)))
+        guard response.status == 200 else { throw Timeout(what: "device registration (\(response.status))") }
+        // The sandbox's device stream plays PushKit.
+        let stream = try await WebSocketClient.connect(
+            to: URL(string: "ws://127.0.0.1:\(stack.sandbox.adminPort)/devices/\(voipToken)")!, on: stack.clientLoop)
+        let pushes = self.pushes
+        Task {
+            for await event in stream.events {
+                guard case .text(let text) = event,
+                    let record = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)).objectValue,
+                    case .object(let payload)? = record["payload"], record["push_type"] == "voip"
+                else { continue }
+                pushes.withLock { $0.append(payload) }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+
+    /// Waits for the next VoIP push and hands it to the app as PushKit would.
+    func receivePush() async throws {
+        let taken = Locked<[String: JSONValue]?>(nil)
+        let pushes = self.pushes
+        try await eventually("a VoIP push") {
+            let next = pushes.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+            taken.withLock { $0 = next }
+            return next != nil
+        }
+        let payload = taken.withLock { $0 } ?? [:]
+        deliver(try JSONSerialization.jsonObject(with: JSONEncoder().encode(JSONValue.object(payload))) as! [String: Any])
+    }
+
+    /// Delivers `payload` as a VoIP push.
+    func deliver(_ payload: [String: Any]) {
+        system.deliverVoIPPush(payload) { payload, completion in
+            manager.handleIncomingVoIPPush(payload: payload, completion: completion)
+        }
+    }
+
+    func ended(_ id: UUID) -> CallEndedReason? { system.call(id)?.ended }
+}
+
+/// A caller on the plain WebSocket protocol.
+func caller(_ stack: Stack, _ identity: String = "alice") async throws -> SwitchboardClient {
+    let token = stack.token(identity)
+    let client = try SwitchboardClient(serverURL: stack.url, deviceID: identity + "-web") { token }
+    try await client.connect()
+    return client
+}
+
+func createCall(_ client: SwitchboardClient, to callee: String) async throws -> UUID {
+    let reply = try await client.request(MessageType.callCreate, encoding: CallCreateRequest(callees: [callee]))
+    return UUID(uuidString: reply?["call_id"]?.stringValue ?? "")!
+}
+
+@Suite(.serialized) struct CallManagerTests {
+    @Test func aPushForACallAlreadyCancelledIsReportedThenEndedAtOnce() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 1)
+        let alice = try await caller(stack)
+        let id = try await createCall(alice, to: "bob")
+        try await alice.request(MessageType.callCancel, encoding: CallActionRequest(callID: id.uuidString.lowercased()))
+
+        // The phone was asleep; the push arrives late.
+        try await bob.receivePush()
+        #expect(bob.system.call(id) != nil, "reported before the handler returned")
+        let learned = ContinuousClock.now
+        try await eventually("the call to end") { bob.ended(id) != nil }
+        #expect(ContinuousClock.now - learned < .seconds(1.5))
+        #expect(bob.ended(id) == .remoteEnded)
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+
+    @Test func aMalformedPushIsReportedThenEnded() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try Phone(stack: stack, identity: "bob", device: "b-phone", seed: 2)
+        bob.deliver(["aps": [:], "garbage": true])
+        #expect(bob.system.calls.count == 1)
+        try await eventually("the placeholder call to end") { bob.system.liveCalls.isEmpty }
+        #expect(bob.system.calls.first?.ended == .failed)
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+    }
+
+    @Test func anAnswerBeforeTheConnectionIsUpIsHeldThenFulfilled() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 3)
+        let alice = try await caller(stack)
+        let id = try await createCall(alice, to: "bob")
+        try await bob.receivePush()
+        // The user taps Answer at once, while the SDK is still connecting.
+        let answered = await bob.system.userAnswers(id)
+        #expect(answered)
+        #expect(bob.system.call(id)?.answered == true)
+        #expect(bob.system.timeline.contains("audio activated"))
+        bob.system.mediaWillStartAudio(id)
+        try await eventually("alice to hear it was accepted") {
+            (try? await alice.callState(id.uuidString.lowercased(), http: CurlHTTPTransport()))?["state"] == "accepted"
+        }
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+
+    @Test func anAnswerForACallThatEndedIsFailed() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 4)
+        let alice = try await caller(stack)
+        let id = try await createCall(alice, to: "bob")
+        try await bob.receivePush()
+        try await alice.request(MessageType.callCancel, encoding: CallActionRequest(callID: id.uuidString.lowercased()))
+        try await Task.sleep(for: .milliseconds(300))
+        let answered = await bob.system.userAnswers(id)
+        #expect(!answered)
+        #expect(bob.ended(id) != nil)
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+
+    @Test func theOtherPhoneHearsAnsweredElsewhereAndDeclinedElsewhere() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let phone = try await stack.phone("bob", device: "b-phone", seed: 5)
+        let tablet = try await stack.phone("bob", device: "b-ipad", seed: 6)
+        let alice = try await caller(stack)
+        try await phone.client.connect()
+        try await tablet.client.connect()
+
+        let first = try await createCall(alice, to: "bob")
+        try await eventually("both devices to ring") { phone.system.call(first) != nil && tablet.system.call(first) != nil }
+        try await phone.receivePush()  // the push and the WebSocket invite are one call
+        #expect(phone.system.calls.count == 1)
+        #expect(await phone.system.userAnswers(first))
+        try await eventually("the tablet to stop") { tablet.ended(first) != nil }
+        #expect(tablet.ended(first) == .answeredElsewhere)
+        #expect(await phone.system.userEnds(first))
+        try await eventually("the first call to end on the server") {
+            (try? await alice.callState(first.uuidString.lowercased(), http: CurlHTTPTransport()))?["state"] == "ended"
+        }
+
+        let second = try await createCall(alice, to: "bob")
+        try await eventually("both devices to ring again") { phone.system.call(second) != nil && tablet.system.call(second) != nil }
+        #expect(await tablet.system.userEnds(second))
+        try await eventually("the phone to stop") { phone.ended(second) != nil }
+        #expect(phone.ended(second) == .declinedElsewhere)
+        for device in [phone, tablet] { #expect(device.system.violations.isEmpty, "\(device.system.violations)") }
+        await alice.disconnect()
+        await phone.client.disconnect()
+        await tablet.client.disconnect()
+    }
+
+    @Test func aReconnectionInTheMiddleOfACallLosesNoEvent() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 7)
+        try await bob.client.connect()
+        let alice = try await caller(stack)
+        let id = try await createCall(alice, to: "bob")
+        try await eventually("bob's phone to ring") { bob.system.call(id) != nil }
+        #expect(await bob.system.userAnswers(id))
+
+        // The network drops; meanwhile Alice hangs up.
+        await bob.client.simulateNetworkDrop()
+        try await alice.request(MessageType.callEnd, encoding: CallActionRequest(callID: id.uuidString.lowercased()))
+        try await eventually("the end to arrive after the resume") { bob.ended(id) != nil }
+        #expect(bob.ended(id) == .remoteEnded)
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+
+    @Test func aProviderResetMidCallEndsTheCallOnTheServer() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 8)
+        try await bob.client.connect()
+        let alice = try await caller(stack)
+        let id = try await createCall(alice, to: "bob")
+        try await eventually("bob's phone to ring") { bob.system.call(id) != nil }
+        #expect(await bob.system.userAnswers(id))
+        bob.system.reset()
+        try await eventually("the server to end the call") {
+            (try? await alice.callState(id.uuidString.lowercased(), http: CurlHTTPTransport()))?["state"] == "ended"
+        }
+        #expect(bob.manager.liveCallIDs.isEmpty)
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+}
