@@ -62,11 +62,11 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
 
     /// Follows the client's events (call them before or after `client.connect()`).
     public func start() {
-        let client = self.client
+        let events = client.events()
         listening.withLock { task in
             task?.cancel()
             task = Task { [weak self] in
-                for await event in client.events {
+                for await event in events {
                     guard let self else { return }
                     if case .event(let type, let data, _) = event { self.serverEvent(type, data) }
                 }
@@ -158,6 +158,13 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             default: return .remoteEnded
             }
         }
+    }
+
+    /// Handles an alert push for a call on a device without CallKit (region policy
+    /// `.noCallKit`): the app rings in its own UI, here the `system`.
+    public func handleIncomingAlertPush(userInfo: [String: Any]) {
+        guard userInfo["missed"] as? Bool != true else { return }
+        handleIncomingVoIPPush(payload: userInfo) {}
     }
 
     // MARK: Outgoing

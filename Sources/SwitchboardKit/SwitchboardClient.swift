@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SwitchboardProtocol
 
 /// Why a client command failed.
@@ -27,6 +28,27 @@ public enum ClientEvent: Sendable, Equatable {
     case event(type: String, data: JSONValue, seq: UInt64)
 }
 
+/// Fans client events out to every subscriber.
+final class Subscribers: Sendable {
+    private let continuations = Mutex<[UUID: AsyncStream<ClientEvent>.Continuation]>([:])
+
+    func add() -> AsyncStream<ClientEvent> {
+        let (stream, continuation) = AsyncStream.makeStream(of: ClientEvent.self)
+        let id = UUID()
+        continuations.withLock { $0[id] = continuation }
+        continuation.onTermination = { [weak self] _ in _ = self?.continuations.withLock { $0.removeValue(forKey: id) } }
+        return stream
+    }
+
+    func yield(_ event: ClientEvent) {
+        for continuation in continuations.withLock({ Array($0.values) }) { continuation.yield(event) }
+    }
+
+    func finish() {
+        for continuation in continuations.withLock({ Array($0.values) }) { continuation.finish() }
+    }
+}
+
 /// The connection to a Switchboard server: requests with replies, ordered events, and
 /// reconnection that resumes the session so no event is lost or repeated.
 ///
@@ -35,7 +57,7 @@ public enum ClientEvent: Sendable, Equatable {
 ///     try await myBackend.switchboardToken()
 /// }
 /// try await client.connect()
-/// for await event in client.events { … }
+/// for await event in client.events() { … }
 /// ```
 public actor SwitchboardClient {
     /// Timing of the client; the defaults suit phones.
@@ -59,10 +81,7 @@ public actor SwitchboardClient {
     /// This install's device id, as registered with `PUT /v1/devices/{id}`.
     public let deviceID: String?
     public let options: Options
-    /// Server events and connection changes.
-    public nonisolated let events: AsyncStream<ClientEvent>
-
-    private let eventSink: AsyncStream<ClientEvent>.Continuation
+    private nonisolated let subscribers = Subscribers()
     private let tokenProvider: @Sendable () async throws -> String
     private let transport: any WebSocketTransport
     private var connection: (any WebSocketConnection)?
@@ -93,8 +112,15 @@ public actor SwitchboardClient {
         self.options = options
         self.transport = try transport ?? LibWebSocketsTransport()
         self.tokenProvider = tokenProvider
-        (events, eventSink) = AsyncStream.makeStream(of: ClientEvent.self)
     }
+
+    /// Server events and connection changes, from now on. Each call gives a stream of its own
+    /// (the call manager, rooms and the app each follow theirs).
+    public nonisolated func events() -> AsyncStream<ClientEvent> {
+        subscribers.add()
+    }
+
+    private var eventSink: Subscribers { subscribers }
 
     /// Whether a session is open now.
     public var isConnected: Bool { connection != nil }
@@ -116,7 +142,7 @@ public actor SwitchboardClient {
         connection?.close(code: 1000)
         connection = nil
         failPending(.notConnected)
-        eventSink.finish()
+        subscribers.finish()
     }
 
     /// Drops the connection as a network failure would (for tests): the client reconnects and resumes.

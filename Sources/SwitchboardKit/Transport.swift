@@ -60,19 +60,28 @@ public final class LibWebSocketsTransport: WebSocketTransport {
     }
 }
 
-/// Reads the server's REST API (reconciling a call after a push). libcurl on Linux; an app may
-/// pass its own.
+/// Speaks the server's REST API (reconciling a call after a push, registering the device).
+/// libcurl on Linux; an app may pass its own (for example on `URLSession`).
 public protocol HTTPTransport: Sendable {
-    /// Returns the status and body of `GET path` with a bearer token.
-    func get(_ url: URL, bearer: String) async throws -> (status: Int, body: Data)
+    /// Sends `method url` with a bearer token and an optional JSON body; returns status and body.
+    func send(_ method: String, _ url: URL, bearer: String, json: Data?) async throws -> (status: Int, body: Data)
+}
+
+extension HTTPTransport {
+    /// `GET url` with a bearer token.
+    public func get(_ url: URL, bearer: String) async throws -> (status: Int, body: Data) {
+        try await send("GET", url, bearer: bearer, json: nil)
+    }
 }
 
 /// `HTTPTransport` on libcurl.
 public struct CurlHTTPTransport: HTTPTransport {
     public init() {}
 
-    public func get(_ url: URL, bearer: String) async throws -> (status: Int, body: Data) {
-        let response = try await HTTPClient.request("GET", url.absoluteString, headers: [("Authorization", "Bearer " + bearer)])
+    public func send(_ method: String, _ url: URL, bearer: String, json: Data?) async throws -> (status: Int, body: Data) {
+        var headers = [("Authorization", "Bearer " + bearer)]
+        if json != nil { headers.append(("Content-Type", "application/json")) }
+        let response = try await HTTPClient.request(method, url.absoluteString, headers: headers, body: json.map(Array.init))
         return (response.status, Data(response.body))
     }
 }

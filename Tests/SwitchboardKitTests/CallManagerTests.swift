@@ -312,3 +312,84 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         await bob.client.disconnect()
     }
 }
+
+@Suite(.serialized) struct KitMoreTests {
+    @Test func roomsThroughTheSDKCarrySignalsAndData() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let alice = try await caller(stack, "alice")
+        let bob = try await caller(stack, "bob")
+        let bobRoom = try await Room.join("lobby", client: bob)
+        let aliceRoom = try await Room.join("lobby", client: alice)
+        #expect(aliceRoom.peers.map(\.identity) == ["bob"])
+        var bobEvents = bobRoom.events.makeAsyncIterator()
+        guard case .peerJoined(let peer)? = await bobEvents.next() else { throw Timeout(what: "peer joined") }
+        #expect(peer.identity == "alice")
+        try await aliceRoom.signal(to: aliceRoom.peers[0].peerID, ["type": "offer", "sdp": "v=0"])
+        guard case .signal(_, let payload)? = await bobEvents.next() else { throw Timeout(what: "a signal") }
+        #expect(payload["type"] == "offer")
+        try await aliceRoom.send(["text": "hi"])
+        guard case .data(_, let data)? = await bobEvents.next() else { throw Timeout(what: "data") }
+        #expect(data == ["text": "hi"])
+        try await aliceRoom.leave()
+        guard case .peerLeft(_, let reason)? = await bobEvents.next() else { throw Timeout(what: "peer left") }
+        #expect(reason == .left)
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+
+    @Test func inChinaModeTheDeviceRegistersWithoutCallKitAndRingsFromAnAlertPush() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let phone = try Phone(stack: stack, identity: "bob", device: "b-cn", seed: 9)
+        let registrar = DeviceRegistrar(client: phone.client)
+        let voip = Data(repeating: 0xAB, count: 32)
+        let apns = Data(repeating: 0xCD, count: 32)
+        let policy = RegionPolicy.forRegion("CN")
+        #expect(policy == .noCallKit)
+        try await registrar.register(voipToken: voip, apnsToken: apns, environment: "sandbox", bundleID: "com.example.chat", appVersion: "1.0", policy: policy)
+        let devices = try stack.server.store.devices(appID: stack.app.id, userID: "bob")
+        #expect(devices.first?.voipToken == nil)
+        #expect(devices.first?.apnsToken == DeviceRegistrar.hex(apns))
+        #expect(devices.first?.callKitEnabled == false)
+
+        let alice = try await caller(stack)
+        let id = try await createCall(alice, to: "bob")
+        try await eventually("an alert push") {
+            stack.sandbox.records.contains { $0.pushType == "alert" && $0.payload?["call_id"]?.stringValue == id.uuidString.lowercased() }
+        }
+        #expect(!stack.sandbox.records.contains { $0.pushType == "voip" })
+        let alert = try #require(stack.sandbox.records.first { $0.pushType == "alert" })
+        let userInfo = try JSONSerialization.jsonObject(with: Data(alert.payloadBytes)) as! [String: Any]
+        phone.manager.handleIncomingAlertPush(userInfo: userInfo)
+        #expect(phone.system.call(id) != nil, "rings in the app")
+        #expect(await phone.system.userAnswers(id))
+        await alice.disconnect()
+        await phone.client.disconnect()
+    }
+
+    @Test func aSecondCallWhileInACallRingsButCannotBeAnsweredOverTheCallGroupLimit() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 10)
+        try await bob.client.connect()
+        let alice = try await caller(stack, "alice")
+        let carol = try await caller(stack, "carol")
+        let first = try await createCall(alice, to: "bob")
+        try await eventually("the first call to ring") { bob.system.call(first) != nil }
+        #expect(await bob.system.userAnswers(first))
+        let reply = try await carol.request(MessageType.callCreate, encoding: CallCreateRequest(callees: ["bob"], busyPolicy: .ring))
+        let second = try #require(UUID(uuidString: reply?["call_id"]?.stringValue ?? ""))
+        try await eventually("the second call to ring") { bob.system.call(second) != nil }
+        #expect(await bob.system.userAnswers(second) == false, "one call group at a time")
+        #expect(await bob.system.userEnds(second))
+        try await eventually("carol to hear the decline") {
+            (try? await carol.callState(second.uuidString.lowercased(), http: CurlHTTPTransport()))?["outcome"] == "declined"
+        }
+        #expect(bob.system.call(first)?.ended == nil, "the first call goes on")
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        await alice.disconnect()
+        await carol.disconnect()
+        await bob.client.disconnect()
+    }
+}

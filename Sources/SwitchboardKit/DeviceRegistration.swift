@@ -1,0 +1,60 @@
+import Foundation
+import SwitchboardProtocol
+
+/// Where CallKit may be used. Apps in the China App Store must not use CallKit (MIIT rules,
+/// App Review guideline 5.0), so there the device registers without it and rings from an alert
+/// push inside the app; the server may also say so for a user.
+public enum RegionPolicy: Sendable, Equatable {
+    /// CallKit and VoIP pushes.
+    case callKit
+    /// No CallKit, no VoIP push registration (PushKit VoIP without CallKit crashes at launch):
+    /// incoming calls arrive as alert pushes and ring in the app's own UI.
+    case noCallKit
+
+    /// The policy for a storefront or region code: no CallKit for mainland China ("CN", "CHN").
+    public static func forRegion(_ code: String?) -> RegionPolicy {
+        guard let code = code?.uppercased() else { return .callKit }
+        return code == "CN" || code == "CHN" ? .noCallKit : .callKit
+    }
+
+    /// Whether to register for VoIP pushes at all.
+    public var registersVoIPPush: Bool { self == .callKit }
+}
+
+/// Registers this install's push tokens with the server's device registry, and again whenever
+/// a token rotates.
+public struct DeviceRegistrar: Sendable {
+    public let client: SwitchboardClient
+    public let http: any HTTPTransport
+
+    public init(client: SwitchboardClient, http: any HTTPTransport = CurlHTTPTransport()) {
+        self.client = client
+        self.http = http
+    }
+
+    /// `PUT /v1/devices/{device id}`. Tokens are the raw bytes PushKit and APNs hand over,
+    /// hex-encoded byte by byte here (never through `description`). Under `.noCallKit` no VoIP
+    /// token is sent and the server rings the device with alert pushes.
+    public func register(
+        voipToken: Data?, apnsToken: Data?, environment: String, bundleID: String, appVersion: String?,
+        policy: RegionPolicy
+    ) async throws {
+        guard let deviceID = client.deviceID else { throw SwitchboardError.invalidResponse("the client has no device id") }
+        try await client.connect()
+        guard let token = await client.token else { throw SwitchboardError.notConnected }
+        let body = SwitchboardProtocol.DeviceRegistration(
+            platform: "ios", voipToken: policy.registersVoIPPush ? voipToken.map(Self.hex) : nil, apnsToken: apnsToken.map(Self.hex),
+            environment: environment, bundleID: bundleID, callKitEnabled: policy == .callKit, appVersion: appVersion)
+        let (status, response) = try await http.send(
+            "PUT", client.serverURL.appendingPathComponent("v1/devices/\(deviceID)"), bearer: token, json: try JSONEncoder().encode(body))
+        guard status == 200 else {
+            if let error = try? JSONDecoder().decode(ErrorEnvelope.self, from: response) { throw SwitchboardError.server(error.error) }
+            throw SwitchboardError.invalidResponse("HTTP \(status)")
+        }
+    }
+
+    /// Lower-case hex, two characters per byte.
+    public static func hex(_ token: Data) -> String {
+        token.map { String(format: "%02x", $0) }.joined()
+    }
+}

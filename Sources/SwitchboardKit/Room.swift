@@ -1,0 +1,134 @@
+import Foundation
+import Synchronization
+import SwitchboardProtocol
+
+/// What happens in a room.
+public enum RoomEvent: Sendable, Equatable {
+    case peerJoined(PeerDescription)
+    case peerLeft(peerID: String, reason: PeerLeftReason)
+    /// A WebRTC offer, answer, candidate or any JSON from one peer, for the app's WebRTC engine.
+    case signal(from: String, payload: JSONValue)
+    /// A data message; `from` is nil when the server sent it.
+    case data(from: String?, payload: JSONValue)
+    case metadata(JSONValue?)
+    case closed(reason: RoomClosedReason)
+}
+
+/// The media side the app brings (its WebRTC engine): the SDK hands it signals and peers; it
+/// hands back offers, answers and candidates through `Room.signal(to:_:)`.
+public protocol MediaEngine: AnyObject, Sendable {
+    func room(_ room: Room, peerJoined peer: PeerDescription)
+    func room(_ room: Room, peerLeft peerID: String)
+    func room(_ room: Room, didReceiveSignal payload: JSONValue, from peerID: String)
+}
+
+/// A joined room (SkyWay-style mesh): peers, events, signals and data.
+///
+/// ```swift
+/// let room = try await Room.join("lobby", client: client)
+/// for peer in room.peers { try await room.signal(to: peer.peerID, ["type": "offer", "sdp": .string(sdp)]) }
+/// for await event in room.events { … }
+/// ```
+public final class Room: Sendable {
+    public let name: String
+    public let client: SwitchboardClient
+    /// ICE servers for this user (STUN, and TURN with time-limited credentials).
+    public let iceServers: [ICEServer]
+    public let events: AsyncStream<RoomEvent>
+    private let state: Mutex<[String: PeerDescription]>
+    private let follower: Task<Void, Never>
+
+    private init(name: String, client: SwitchboardClient, joined: RoomJoined, media: (any MediaEngine)?) {
+        self.name = name
+        self.client = client
+        iceServers = joined.iceServers
+        state = Mutex(Dictionary(uniqueKeysWithValues: joined.peers.map { ($0.peerID, $0) }))
+        let (stream, sink) = AsyncStream.makeStream(of: RoomEvent.self)
+        events = stream
+        let updates = client.events()
+        let peers = Peers()
+        follower = Task {
+            for await event in updates {
+                guard case .event(let type, let data, _) = event, data["room"]?.stringValue == name else { continue }
+                switch type {
+                case "room.peer_joined":
+                    if let peer = try? JSONDecoder().decode(PeerDescription.self, from: JSONEncoder().encode(data["peer"])) {
+                        peers.joined(peer)
+                        sink.yield(.peerJoined(peer))
+                    }
+                case "room.peer_left":
+                    let peerID = data["peer_id"]?.stringValue ?? ""
+                    peers.left(peerID)
+                    sink.yield(.peerLeft(peerID: peerID, reason: PeerLeftReason(rawValue: data["reason"]?.stringValue ?? "") ?? .left))
+                case "signal":
+                    let from = data["from"]?.stringValue ?? ""
+                    peers.signal(data["signal"] ?? .null, from: from)
+                    sink.yield(.signal(from: from, payload: data["signal"] ?? .null))
+                case "room.data":
+                    sink.yield(.data(from: data["from"]?.stringValue, payload: data["data"] ?? .null))
+                case "room.metadata":
+                    sink.yield(.metadata(data["metadata"]))
+                case "room.closed":
+                    sink.yield(.closed(reason: RoomClosedReason(rawValue: data["reason"]?.stringValue ?? "") ?? .deleted))
+                    sink.finish()
+                    return
+                default:
+                    continue
+                }
+            }
+        }
+        peers.room = self
+        peers.media = media
+    }
+
+    /// Joins `name` (creating it if needed) and returns the room with the peers already there.
+    /// By convention the newcomer sends offers to each of them.
+    public static func join(_ name: String, metadata: JSONValue? = nil, client: SwitchboardClient, media: (any MediaEngine)? = nil) async throws -> Room {
+        let reply = try await client.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: name, metadata: metadata))
+        let joined = try JSONDecoder().decode(RoomJoined.self, from: JSONEncoder().encode(reply))
+        return Room(name: name, client: client, joined: joined, media: media)
+    }
+
+    /// The peers in the room now (besides this one).
+    public var peers: [PeerDescription] { state.withLock { Array($0.values) } }
+
+    /// Sends a WebRTC signal (or any JSON) to one peer.
+    public func signal(to peerID: String, _ payload: JSONValue) async throws {
+        try await client.request(MessageType.signal, encoding: SignalRequest(room: name, to: peerID, signal: payload))
+    }
+
+    /// Sends data to one peer, or to every other peer when `to` is nil.
+    public func send(_ payload: JSONValue, to peerID: String? = nil) async throws {
+        try await client.request(MessageType.data, encoding: DataRequest(room: name, to: peerID, data: payload))
+    }
+
+    /// Leaves the room.
+    public func leave() async throws {
+        follower.cancel()
+        try await client.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: name))
+    }
+
+    /// Keeps the peer list and tells the media engine.
+    private final class Peers: @unchecked Sendable {
+        // Safety: written once before the follower's first event arrives, read after.
+        weak var room: Room?
+        weak var media: (any MediaEngine)?
+
+        func joined(_ peer: PeerDescription) {
+            guard let room else { return }
+            room.state.withLock { $0[peer.peerID] = peer }
+            media?.room(room, peerJoined: peer)
+        }
+
+        func signal(_ payload: JSONValue, from peerID: String) {
+            guard let room else { return }
+            media?.room(room, didReceiveSignal: payload, from: peerID)
+        }
+
+        func left(_ peerID: String) {
+            guard let room else { return }
+            _ = room.state.withLock { $0.removeValue(forKey: peerID) }
+            media?.room(room, peerLeft: peerID)
+        }
+    }
+}
