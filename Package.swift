@@ -57,7 +57,7 @@ let package = Package(
             dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem"]),
         .executableTarget(
             name: "switchboard",
-            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem", "SwitchboardTesting"]),
+            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem", "SwitchboardTesting", "SwitchboardKit"]),
         // The load generator of `make bench`.
         .executableTarget(
             name: "switchboard-bench",

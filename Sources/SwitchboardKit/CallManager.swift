@@ -9,6 +9,8 @@ public enum CallManagerEvent: Sendable, Equatable {
     /// The call is up (answered here, or the callee answered an outgoing call).
     case connected(UUID)
     case ended(UUID, CallEndedReason)
+    /// The user ended (or declined) the call on this device.
+    case endedLocally(UUID)
     /// The system activated (true) or deactivated the audio session: start or stop media.
     case audioActive(Bool)
     case muted(UUID, Bool)
@@ -298,7 +300,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             } else {
                 type = MessageType.callEnd
             }
-            sink.yield(.ended(id, .remoteEnded))
+            sink.yield(.endedLocally(id))
             Task { try? await client.request(type, encoding: CallActionRequest(callID: callID, reason: "hangup")) }
         case .setMuted(_, let muted):
             completion.fulfill()

@@ -77,10 +77,10 @@ public actor SwitchboardClient {
     }
 
     /// The server's base URL (`http(s)://host:port`).
-    public let serverURL: URL
+    public nonisolated let serverURL: URL
     /// This install's device id, as registered with `PUT /v1/devices/{id}`.
-    public let deviceID: String?
-    public let options: Options
+    public nonisolated let deviceID: String?
+    public nonisolated let options: Options
     private nonisolated let subscribers = Subscribers()
     private let tokenProvider: @Sendable () async throws -> String
     private let transport: any WebSocketTransport

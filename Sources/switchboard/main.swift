@@ -16,6 +16,7 @@ let usage = """
       token         Print an access token (JWT) for a user of an app
       push          Send one VoIP (or alert) push through APNs
       apns-sandbox  Run a local APNs provider API for development and tests
+      phone         A terminal softphone (SwitchboardKit with a simulated call UI)
       version       Print the version
 
     Run `switchboard <command> --help` for a command's options.
@@ -60,6 +61,8 @@ func run(_ arguments: [String]) async -> Int32 {
             return try await PushCommand.run(rest)
         case "apns-sandbox":
             return try SandboxCommand.run(rest)
+        case "phone":
+            return try await PhoneCommand.run(rest)
         case "version", "--version":
             print("switchboard \(version)")
             return 0

@@ -222,3 +222,61 @@ func runTool(_ name: String, _ arguments: [String], environment: [String: String
         #expect(refused.output.contains("reason: BadDeviceToken"))
     }
 }
+
+@Suite struct PhoneProcessTests {
+    /// Two `switchboard phone` processes go through a call, with the APNs sandbox ringing the
+    /// callee's phone by VoIP push as well as over its connection.
+    @Test func twoScriptedPhonesGoThroughACall() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        let directory = fixture.directory
+        try "wait incoming 15\nanswer\nwait ended 15\nhistory\nquit\n".write(toFile: directory + "/bob.txt", atomically: true, encoding: .utf8)
+        try "call bob\nwait connected 15\nsleep 0.3\nstatus\nhangup\nwait ended 5\nquit\n".write(
+            toFile: directory + "/alice.txt", atomically: true, encoding: .utf8)
+
+        func phone(_ identity: String) throws -> (Process, Pipe) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: productsDirectory + "/switchboard")
+            process.arguments = [
+                "phone", "--identity", identity, "--server", fixture.server.baseURL, "--data-dir", fixture.server.dataDirectory,
+                "--api-key", fixture.server.app.apiKey, "--sandbox-admin", "http://127.0.0.1:\(fixture.sandbox.adminPort)",
+                "--script", directory + "/\(identity).txt",
+            ]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            return (process, output)
+        }
+        let (bob, bobOutput) = try phone("bob")
+        defer { if bob.isRunning { bob.terminate() } }
+        var bobText = ""
+        let deadline = ContinuousClock.now + .seconds(15)
+        while !bobText.contains("ready:") && ContinuousClock.now < deadline {
+            bobText += String(decoding: bobOutput.fileHandleForReading.availableData, as: UTF8.self)
+        }
+        #expect(bobText.contains("ready: bob"))
+        let (alice, aliceOutput) = try phone("alice")
+        defer { if alice.isRunning { alice.terminate() } }
+
+        let finished = Task.detached {
+            alice.waitUntilExit()
+            bob.waitUntilExit()
+        }
+        try await within(.seconds(40), "both phones to finish their scripts") { await finished.value }
+        bobText += String(decoding: bobOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let aliceText = String(decoding: aliceOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        print("alice:\n\(aliceText)\nbob:\n\(bobText)")
+        #expect(alice.terminationStatus == 0)
+        #expect(bob.terminationStatus == 0)
+        #expect(bobText.contains("push: VoIP"), "the sandbox rang bob's phone")
+        #expect(bobText.components(separatedBy: "event: incoming").count == 2, "push and WebSocket invite are one call")
+        #expect(bobText.contains("event: connected"))
+        #expect(bobText.contains("(remoteEnded)"))
+        #expect(bobText.contains("history: incoming with alice: completed"))
+        #expect(aliceText.contains("(by you)"))
+        #expect(aliceText.contains("event: connected"))
+        #expect(aliceText.contains("status: ") && aliceText.contains("(up)"))
+        #expect(!aliceText.contains("violation") && !bobText.contains("violation"))
+    }
+}
