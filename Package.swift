@@ -3,7 +3,7 @@ import PackageDescription
 
 let package = Package(
     name: "Switchboard",
-    platforms: [.macOS(.v14), .iOS(.v17)],
+    platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .executable(name: "switchboard", targets: ["switchboard"]),
         .library(name: "SwitchboardProtocol", targets: ["SwitchboardProtocol"]),
@@ -48,9 +48,10 @@ let package = Package(
             name: "SwitchboardServer",
             dependencies: ["SwitchboardProtocol", "SwitchboardSystem"]),
         // The client SDK: signaling client, calls, and the seam to the phone's call UI.
+        // On Apple platforms it uses URLSession and CallKit; the C libraries only on Linux.
         .target(
             name: "SwitchboardKit",
-            dependencies: ["SwitchboardProtocol", "SwitchboardSystem"]),
+            dependencies: ["SwitchboardProtocol", .target(name: "SwitchboardSystem", condition: .when(platforms: [.linux]))]),
         // Test doubles others need: the local APNs sandbox.
         .target(
             name: "SwitchboardTesting",

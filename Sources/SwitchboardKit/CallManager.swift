@@ -53,10 +53,10 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     private let calls = Mutex<[UUID: ManagedCall]>([:])
     private let listening = Mutex<Task<Void, Never>?>(nil)
 
-    public init(client: SwitchboardClient, system: any CallSystem, http: any HTTPTransport = CurlHTTPTransport(), serverTimeout: Duration = .seconds(10)) {
+    public init(client: SwitchboardClient, system: any CallSystem, http: (any HTTPTransport)? = nil, serverTimeout: Duration = .seconds(10)) {
         self.client = client
         self.system = system
-        self.http = http
+        self.http = http ?? DefaultTransports.http()
         self.serverTimeout = serverTimeout
         (events, sink) = AsyncStream.makeStream(of: CallManagerEvent.self)
         system.delegate = self

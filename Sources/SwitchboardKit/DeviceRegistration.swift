@@ -27,9 +27,9 @@ public struct DeviceRegistrar: Sendable {
     public let client: SwitchboardClient
     public let http: any HTTPTransport
 
-    public init(client: SwitchboardClient, http: any HTTPTransport = CurlHTTPTransport()) {
+    public init(client: SwitchboardClient, http: (any HTTPTransport)? = nil) {
         self.client = client
-        self.http = http
+        self.http = http ?? DefaultTransports.http()
     }
 
     /// `PUT /v1/devices/{device id}`. Tokens are the raw bytes PushKit and APNs hand over,

@@ -110,7 +110,7 @@ public actor SwitchboardClient {
         self.serverURL = serverURL
         self.deviceID = deviceID
         self.options = options
-        self.transport = try transport ?? LibWebSocketsTransport()
+        self.transport = try transport ?? DefaultTransports.webSocket()
         self.tokenProvider = tokenProvider
     }
 

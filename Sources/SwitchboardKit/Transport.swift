@@ -1,5 +1,11 @@
 import Foundation
+
+#if canImport(SwitchboardSystem)
 import SwitchboardSystem
+#endif
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// What a WebSocket connection delivers to the client.
 public enum WebSocketMessage: Sendable, Equatable {
@@ -10,21 +16,60 @@ public enum WebSocketMessage: Sendable, Equatable {
 
 /// One open WebSocket connection.
 public protocol WebSocketConnection: Sendable {
+    /// Messages in arrival order, then `.closed`.
     var messages: AsyncStream<WebSocketMessage> { get }
+    /// Sends a text message.
     func send(_ text: String)
+    /// Starts the closing handshake with `code`.
     func close(code: UInt16)
 }
 
-/// Opens WebSocket connections. libwebsockets' client on Linux (`LibWebSocketsTransport`);
-/// an app on Apple platforms may pass its own (for example on `URLSessionWebSocketTask`).
+/// Opens WebSocket connections: libwebsockets' client on Linux (`LibWebSocketsTransport`),
+/// `URLSessionWebSocketTask` on Apple platforms (`URLSessionWebSocketTransport`).
 public protocol WebSocketTransport: Sendable {
+    /// Connects to `url` (ws:// or wss://).
     func connect(to url: URL) async throws -> any WebSocketConnection
 }
 
+/// Speaks the server's REST API (reconciling a call after a push, registering the device):
+/// libcurl on Linux, URLSession on Apple platforms; an app may pass its own.
+public protocol HTTPTransport: Sendable {
+    /// Sends `method url` with a bearer token and an optional JSON body; returns status and body.
+    func send(_ method: String, _ url: URL, bearer: String, json: Data?) async throws -> (status: Int, body: Data)
+}
+
+extension HTTPTransport {
+    /// `GET url` with a bearer token.
+    public func get(_ url: URL, bearer: String) async throws -> (status: Int, body: Data) {
+        try await send("GET", url, bearer: bearer, json: nil)
+    }
+}
+
+/// The platform's transports.
+enum DefaultTransports {
+    static func webSocket() throws -> any WebSocketTransport {
+        #if canImport(SwitchboardSystem)
+        try LibWebSocketsTransport()
+        #else
+        URLSessionWebSocketTransport()
+        #endif
+    }
+
+    static func http() -> any HTTPTransport {
+        #if canImport(SwitchboardSystem)
+        CurlHTTPTransport()
+        #else
+        URLSessionHTTPTransport()
+        #endif
+    }
+}
+
+#if canImport(SwitchboardSystem)
 /// The WebSocket transport on libwebsockets' client, with its own event loop thread.
 public final class LibWebSocketsTransport: WebSocketTransport {
     private let loop: EventLoop
 
+    /// Starts the client's event loop thread.
     public init() throws {
         loop = try EventLoop(name: "switchboard-kit")
     }
@@ -60,20 +105,6 @@ public final class LibWebSocketsTransport: WebSocketTransport {
     }
 }
 
-/// Speaks the server's REST API (reconciling a call after a push, registering the device).
-/// libcurl on Linux; an app may pass its own (for example on `URLSession`).
-public protocol HTTPTransport: Sendable {
-    /// Sends `method url` with a bearer token and an optional JSON body; returns status and body.
-    func send(_ method: String, _ url: URL, bearer: String, json: Data?) async throws -> (status: Int, body: Data)
-}
-
-extension HTTPTransport {
-    /// `GET url` with a bearer token.
-    public func get(_ url: URL, bearer: String) async throws -> (status: Int, body: Data) {
-        try await send("GET", url, bearer: bearer, json: nil)
-    }
-}
-
 /// `HTTPTransport` on libcurl.
 public struct CurlHTTPTransport: HTTPTransport {
     public init() {}
@@ -85,3 +116,81 @@ public struct CurlHTTPTransport: HTTPTransport {
         return (response.status, Data(response.body))
     }
 }
+#endif
+
+#if canImport(Darwin)
+/// The WebSocket transport on `URLSessionWebSocketTask` (Apple platforms).
+public final class URLSessionWebSocketTransport: WebSocketTransport {
+    private let session: URLSession
+
+    /// Uses `session` (the shared one by default).
+    public init(session: URLSession = .shared) {
+        self.session = session
+    }
+
+    public func connect(to url: URL) async throws -> any WebSocketConnection {
+        let task = session.webSocketTask(with: url)
+        task.resume()
+        // The server speaks first (session.welcome); a refused upgrade ends the stream.
+        return Connection(task: task)
+    }
+
+    private final class Connection: WebSocketConnection, @unchecked Sendable {
+        // Safety: URLSessionWebSocketTask is thread-safe; `task` and `messages` are immutable.
+        let task: URLSessionWebSocketTask
+        let messages: AsyncStream<WebSocketMessage>
+
+        init(task: URLSessionWebSocketTask) {
+            self.task = task
+            let (stream, continuation) = AsyncStream.makeStream(of: WebSocketMessage.self)
+            messages = stream
+            Task {
+                while true {
+                    do {
+                        switch try await task.receive() {
+                        case .string(let text): continuation.yield(.text(text))
+                        case .data: continue
+                        @unknown default: continue
+                        }
+                    } catch {
+                        let code = task.closeCode == .invalid ? nil : UInt16(task.closeCode.rawValue)
+                        continuation.yield(.closed(code: code))
+                        continuation.finish()
+                        return
+                    }
+                }
+            }
+        }
+
+        func send(_ text: String) {
+            task.send(.string(text)) { _ in }
+        }
+
+        func close(code: UInt16) {
+            task.cancel(with: URLSessionWebSocketTask.CloseCode(rawValue: Int(code)) ?? .normalClosure, reason: nil)
+        }
+    }
+}
+
+/// `HTTPTransport` on URLSession (Apple platforms).
+public struct URLSessionHTTPTransport: HTTPTransport {
+    private let session: URLSession
+
+    /// Uses `session` (the shared one by default).
+    public init(session: URLSession = .shared) {
+        self.session = session
+    }
+
+    public func send(_ method: String, _ url: URL, bearer: String, json: Data?) async throws -> (status: Int, body: Data) {
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        request.setValue("Bearer " + bearer, forHTTPHeaderField: "Authorization")
+        if let json {
+            request.httpBody = json
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let (data, response) = try await session.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+    }
+}
+#endif
