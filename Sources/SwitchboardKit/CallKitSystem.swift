@@ -13,20 +13,25 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
 
     /// How the system call UI presents the app's calls.
     public struct Configuration: Sendable {
+        /// Whether calls may be video calls.
         public var supportsVideo = true
         /// 1 keeps "Hold & Accept" off when the app cannot hold calls.
         public var maximumCallGroups = 1
+        /// Calls per group (1: no conference calls in the call UI).
         public var maximumCallsPerCallGroup = 1
+        /// The kinds of handle calls carry (generic, phone number, email).
         public var handleTypes: Set<CXHandle.HandleType> = [.generic]
         /// A sound file in the app bundle.
         public var ringtoneSound: String?
         /// A 40×40 template image (PNG data) for the call UI.
         public var iconTemplateImageData: Data?
+        /// Whether calls appear in the Phone app's Recents.
         public var includesCallsInRecents = true
 
         public init() {}
     }
 
+    /// Receives the user's actions; `CallManager` sets itself.
     public weak var delegate: (any CallSystemDelegate)?
     private let provider: CXProvider
     private let controller = CXCallController()
@@ -48,6 +53,7 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
 
     // MARK: CallSystem
 
+    /// Shows an incoming call (see `CallSystem`).
     public func reportNewIncomingCall(_ id: UUID, update: CallUpdate, completion: @escaping @Sendable (CallSystemError?) -> Void) {
         let callUpdate = CXCallUpdate()
         callUpdate.remoteHandle = CXHandle(type: .generic, value: update.handle)
@@ -66,6 +72,7 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         }
     }
 
+    /// Ends a call on the call UI (see `CallSystem`).
     public func reportCall(_ id: UUID, endedAt: Date, reason: CallEndedReason) {
         let cxReason: CXCallEndedReason
         switch reason {
@@ -78,10 +85,12 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         provider.reportCall(with: id, endedAt: endedAt, reason: cxReason)
     }
 
+    /// Marks an outgoing call connected (see `CallSystem`).
     public func reportOutgoingCallConnected(_ id: UUID) {
         provider.reportOutgoingCall(with: id, connectedAt: Date())
     }
 
+    /// Asks the system to perform an action the app started (see `CallSystem`).
     public func request(_ action: CallAction) async throws {
         let cxAction: CXCallAction
         switch action {
@@ -98,10 +107,12 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         try await controller.request(CXTransaction(action: cxAction))
     }
 
+    /// Called by the media layer before it plays or records audio (see `CallSystem`).
     public func mediaWillStartAudio(_ id: UUID) {}
 
     // MARK: CXProviderDelegate
 
+    /// CallKit dropped every call: the delegate tears everything down.
     public func providerDidReset(_ provider: CXProvider) {
         delegate?.callSystemDidReset()
     }
@@ -117,35 +128,43 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         })
     }
 
+    /// Forwards CallKit's start action to the delegate.
     public func provider(_ provider: CXProvider, perform action: CXStartCallAction) {
         provider.reportOutgoingCall(with: action.callUUID, startedConnectingAt: Date())
         forward(action, as: .start(action.callUUID, handle: action.handle.value, video: action.isVideo))
     }
 
+    /// Forwards CallKit's answer action to the delegate.
     public func provider(_ provider: CXProvider, perform action: CXAnswerCallAction) {
         forward(action, as: .answer(action.callUUID))
     }
 
+    /// Forwards CallKit's end action to the delegate.
     public func provider(_ provider: CXProvider, perform action: CXEndCallAction) {
         forward(action, as: .end(action.callUUID))
     }
 
+    /// Forwards CallKit's mute action to the delegate.
     public func provider(_ provider: CXProvider, perform action: CXSetMutedCallAction) {
         forward(action, as: .setMuted(action.callUUID, action.isMuted))
     }
 
+    /// Forwards CallKit's hold action to the delegate.
     public func provider(_ provider: CXProvider, perform action: CXSetHeldCallAction) {
         forward(action, as: .setHeld(action.callUUID, action.isOnHold))
     }
 
+    /// Forwards CallKit's DTMF action to the delegate.
     public func provider(_ provider: CXProvider, perform action: CXPlayDTMFCallAction) {
         forward(action, as: .playDTMF(action.callUUID, digits: action.digits))
     }
 
+    /// CallKit activated the audio session: media may start now.
     public func provider(_ provider: CXProvider, didActivate audioSession: AVAudioSession) {
         delegate?.callSystem(didChangeAudioActive: true)
     }
 
+    /// CallKit deactivated the audio session: media must stop.
     public func provider(_ provider: CXProvider, didDeactivate audioSession: AVAudioSession) {
         delegate?.callSystem(didChangeAudioActive: false)
     }
@@ -175,10 +194,12 @@ public final class PushKitBridge: NSObject, PKPushRegistryDelegate, @unchecked S
         registry.desiredPushTypes = policy.registersVoIPPush ? [.voIP] : []
     }
 
+    /// A new VoIP token: hand it to the device registry.
     public func pushRegistry(_ registry: PKPushRegistry, didUpdate credentials: PKPushCredentials, for type: PKPushType) {
         onToken(credentials.token)
     }
 
+    /// A VoIP push: reported to the call UI before this returns.
     public func pushRegistry(
         _ registry: PKPushRegistry, didReceiveIncomingPushWith payload: PKPushPayload, for type: PKPushType,
         completion: @escaping () -> Void

@@ -45,14 +45,18 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
 
     /// How long to wait for the server before failing an answer or ending an unknown call.
     public let serverTimeout: Duration
+    /// The connection to the server.
     public let client: SwitchboardClient
+    /// The phone's call UI.
     public let system: any CallSystem
+    /// What happens to calls, for the app's UI and media.
     public let events: AsyncStream<CallManagerEvent>
     private let sink: AsyncStream<CallManagerEvent>.Continuation
     private let http: any HTTPTransport
     private let calls = Mutex<[UUID: ManagedCall]>([:])
     private let listening = Mutex<Task<Void, Never>?>(nil)
 
+    /// Makes the manager the delegate of `system`. `http` defaults to the platform's transport.
     public init(client: SwitchboardClient, system: any CallSystem, http: (any HTTPTransport)? = nil, serverTimeout: Duration = .seconds(10)) {
         self.client = client
         self.system = system
@@ -244,6 +248,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
 
     // MARK: CallSystemDelegate
 
+    /// Performs a user's action against the server and fulfils or fails it in time.
     public func callSystem(perform action: CallAction, completion: ActionCompletion) {
         let id = action.callID
         let callID = id.uuidString.lowercased()
@@ -318,10 +323,12 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         }
     }
 
+    /// Passes audio activation on to the app (`CallManagerEvent.audioActive`).
     public func callSystem(didChangeAudioActive active: Bool) {
         sink.yield(.audioActive(active))
     }
 
+    /// Ends every call on the server after the call UI dropped them.
     public func callSystemDidReset() {
         // Every call is gone from the UI: end them on the server too.
         let live = calls.withLock { calls -> [ManagedCall] in

@@ -8,10 +8,14 @@ public enum CallEndedReason: String, Sendable, Equatable {
 
 /// What the call screen shows of a call (CallKit's `CXCallUpdate`).
 public struct CallUpdate: Sendable, Equatable {
+    /// The caller's handle (phone number, email, user name).
     public var handle: String
+    /// The name the call UI shows.
     public var displayName: String
+    /// Whether it is a video call.
     public var hasVideo: Bool
 
+    /// A call UI update.
     public init(handle: String, displayName: String, hasVideo: Bool) {
         self.handle = handle
         self.displayName = displayName
@@ -28,6 +32,7 @@ public enum CallAction: Sendable, Equatable {
     case setHeld(UUID, Bool)
     case playDTMF(UUID, digits: String)
 
+    /// The call the action is for.
     public var callID: UUID {
         switch self {
         case .start(let id, _, _), .answer(let id), .end(let id), .setMuted(let id, _), .setHeld(let id, _), .playDTMF(let id, _): id
@@ -48,11 +53,14 @@ public final class ActionCompletion: Sendable {
     private let done: @Sendable (Bool) -> Void
     private let answered = Atomic<Bool>(false)
 
+    /// `done` receives true for fulfil, false for fail, once.
     public init(_ done: @escaping @Sendable (Bool) -> Void) {
         self.done = done
     }
 
+    /// The action succeeded.
     public func fulfill() { finish(true) }
+    /// The action failed.
     public func fail() { finish(false) }
 
     private func finish(_ success: Bool) {

@@ -24,9 +24,12 @@ public enum RegionPolicy: Sendable, Equatable {
 /// Registers this install's push tokens with the server's device registry, and again whenever
 /// a token rotates.
 public struct DeviceRegistrar: Sendable {
+    /// The connection to the server.
     public let client: SwitchboardClient
+    /// The REST transport.
     public let http: any HTTPTransport
 
+    /// `http` defaults to the platform's transport.
     public init(client: SwitchboardClient, http: (any HTTPTransport)? = nil) {
         self.client = client
         self.http = http ?? DefaultTransports.http()

@@ -30,10 +30,13 @@ public protocol MediaEngine: AnyObject, Sendable {
 /// for await event in room.events { … }
 /// ```
 public final class Room: Sendable {
+    /// The room's name.
     public let name: String
+    /// The connection to the server.
     public let client: SwitchboardClient
     /// ICE servers for this user (STUN, and TURN with time-limited credentials).
     public let iceServers: [ICEServer]
+    /// The room's events, in order.
     public let events: AsyncStream<RoomEvent>
     private let state: Mutex<[String: PeerDescription]>
     private let follower: Task<Void, Never>

@@ -15,14 +15,23 @@ import Synchronization
 public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     // Safety: all state is in `state`, under its Mutex; `delegate` is set once at start.
 
+    /// A call as the simulated call UI knows it.
     public struct Call: Sendable, Equatable {
+        /// Its UUID (the server's call id).
         public var id: UUID
+        /// What the UI shows.
         public var update: CallUpdate
+        /// Whether this device placed it.
         public var outgoing: Bool
+        /// Whether it was answered (or connected, for an outgoing call).
         public var answered = false
+        /// Whether it is on hold.
         public var held = false
+        /// Whether the microphone is muted.
         public var muted = false
+        /// Why it ended, once it has.
         public var ended: CallEndedReason?
+        /// Whether the user ended it here.
         public var endedByUser = false
     }
 
@@ -36,11 +45,15 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         var pendingActions = 0
     }
 
+    /// Receives the user's actions; `CallManager` sets itself.
     public weak var delegate: (any CallSystemDelegate)?
+    /// Time an action has to be fulfilled or failed.
     public let actionTimeout: Duration
+    /// Calls that may be up at once.
     public let maximumCallGroups: Int
     private let state = Mutex(State())
 
+    /// A simulated call UI with iOS's limits.
     public init(actionTimeout: Duration = .seconds(10), maximumCallGroups: Int = 1) {
         self.actionTimeout = actionTimeout
         self.maximumCallGroups = maximumCallGroups
@@ -52,6 +65,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     public var violations: [String] { state.withLock { $0.violations } }
     /// The calls the UI knows.
     public var calls: [Call] { state.withLock { Array($0.calls.values) } }
+    /// The call with `id`, if the UI knows it.
     public func call(_ id: UUID) -> Call? { state.withLock { $0.calls[id] } }
     /// Calls shown and not ended.
     public var liveCalls: [Call] { state.withLock { $0.calls.values.filter { $0.ended == nil } } }
@@ -84,6 +98,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
 
     // MARK: CallSystem
 
+    /// Shows an incoming call (see `CallSystem`).
     public func reportNewIncomingCall(_ id: UUID, update: CallUpdate, completion: @escaping @Sendable (CallSystemError?) -> Void) {
         let error = state.withLock { state -> CallSystemError? in
             if state.pushInProgress { state.reportedDuringPush = true }
@@ -98,6 +113,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         completion(error)
     }
 
+    /// Ends a call on the call UI (see `CallSystem`).
     public func reportCall(_ id: UUID, endedAt: Date, reason: CallEndedReason) {
         state.withLock { state in
             guard var call = state.calls[id], call.ended == nil else { return }
@@ -108,10 +124,12 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         }
     }
 
+    /// Marks an outgoing call connected (see `CallSystem`).
     public func reportOutgoingCallConnected(_ id: UUID) {
         note("outgoing \(id) connected")
     }
 
+    /// Asks the system to perform an action the app started (see `CallSystem`).
     public func request(_ action: CallAction) async throws {
         if case .start(let id, let handle, let video) = action {
             state.withLock { $0.calls[id] = Call(id: id, update: CallUpdate(handle: handle, displayName: handle, hasVideo: video), outgoing: true) }
@@ -119,6 +137,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         guard await perform(action) else { throw CallSystemError.unknown }
     }
 
+    /// Called by the media layer before it plays or records audio (see `CallSystem`).
     public func mediaWillStartAudio(_ id: UUID) {
         state.withLock { state in
             if !state.audioActive {
@@ -158,9 +177,11 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         return await perform(.end(id))
     }
 
+    /// The user taps Mute.
     @discardableResult
     public func userSetsMuted(_ id: UUID, _ muted: Bool) async -> Bool { await perform(.setMuted(id, muted)) }
 
+    /// The user puts the call on hold or takes it off.
     @discardableResult
     public func userSetsHeld(_ id: UUID, _ held: Bool) async -> Bool { await perform(.setHeld(id, held)) }
 

@@ -71,6 +71,7 @@ public actor SwitchboardClient {
         public var requestTimeout: Duration = .seconds(10)
         /// First reconnection delay; doubles up to `maxBackoff`.
         public var initialBackoff: Duration = .milliseconds(250)
+        /// The longest reconnection delay.
         public var maxBackoff: Duration = .seconds(5)
 
         public init() {}
@@ -80,6 +81,7 @@ public actor SwitchboardClient {
     public nonisolated let serverURL: URL
     /// This install's device id, as registered with `PUT /v1/devices/{id}`.
     public nonisolated let deviceID: String?
+    /// Timing of the client.
     public nonisolated let options: Options
     private nonisolated let subscribers = Subscribers()
     private let tokenProvider: @Sendable () async throws -> String

@@ -74,6 +74,7 @@ public final class LibWebSocketsTransport: WebSocketTransport {
         loop = try EventLoop(name: "switchboard-kit")
     }
 
+    /// Connects (see `WebSocketTransport`).
     public func connect(to url: URL) async throws -> any WebSocketConnection {
         Connection(client: try await WebSocketClient.connect(to: url, on: loop))
     }
@@ -109,6 +110,7 @@ public final class LibWebSocketsTransport: WebSocketTransport {
 public struct CurlHTTPTransport: HTTPTransport {
     public init() {}
 
+    /// Sends a request (see `HTTPTransport`).
     public func send(_ method: String, _ url: URL, bearer: String, json: Data?) async throws -> (status: Int, body: Data) {
         var headers = [("Authorization", "Bearer " + bearer)]
         if json != nil { headers.append(("Content-Type", "application/json")) }
@@ -128,6 +130,7 @@ public final class URLSessionWebSocketTransport: WebSocketTransport {
         self.session = session
     }
 
+    /// Connects (see `WebSocketTransport`).
     public func connect(to url: URL) async throws -> any WebSocketConnection {
         let task = session.webSocketTask(with: url)
         task.resume()
@@ -181,6 +184,7 @@ public struct URLSessionHTTPTransport: HTTPTransport {
         self.session = session
     }
 
+    /// Sends a request (see `HTTPTransport`).
     public func send(_ method: String, _ url: URL, bearer: String, json: Data?) async throws -> (status: Int, body: Data) {
         var request = URLRequest(url: url)
         request.httpMethod = method

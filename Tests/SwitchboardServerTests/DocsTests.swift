@@ -51,3 +51,25 @@ import Testing
         #expect(served.headers["content-type"] == "application/json")
     }
 }
+
+@Suite struct SDKDocsTests {
+    /// Every public declaration of SwitchboardKit has a `///` summary.
+    @Test func everyPublicSymbolOfTheSDKIsDocumented() throws {
+        let folder = repositoryRoot + "/Sources/SwitchboardKit"
+        var undocumented: [String] = []
+        for file in try FileManager.default.contentsOfDirectory(atPath: folder) where file.hasSuffix(".swift") {
+            let lines = try String(contentsOfFile: folder + "/" + file, encoding: .utf8).components(separatedBy: "\n")
+            for (index, line) in lines.enumerated() {
+                let text = line.trimmingCharacters(in: .whitespaces)
+                guard text.hasPrefix("public ") || text.hasPrefix("open ") else { continue }
+                if text == "public init() {}" { continue }
+                var previous = index - 1
+                while previous >= 0 && lines[previous].trimmingCharacters(in: .whitespaces).hasPrefix("@") { previous -= 1 }
+                if previous < 0 || !lines[previous].trimmingCharacters(in: .whitespaces).hasPrefix("///") {
+                    undocumented.append("\(file):\(index + 1): \(text.prefix(80))")
+                }
+            }
+        }
+        #expect(undocumented.isEmpty, "\(undocumented.joined(separator: "\n"))")
+    }
+}
