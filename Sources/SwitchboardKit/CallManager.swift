@@ -128,7 +128,9 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             do {
                 try await client.connect()
                 let summary = try await client.callState(id.uuidString.lowercased(), http: http)
-                if let reason = await endReason(from: summary) { finish(id, reason: reason) }
+                // This device answering (or having answered) is not "answered elsewhere".
+                let answeredHere = calls.withLock { $0[id].map { $0.phase == .answering || $0.phase == .active } ?? false }
+                if !answeredHere, let reason = await endReason(from: summary) { finish(id, reason: reason) }
                 return
             } catch SwitchboardError.server(let error) where error.code == .notFound || error.code == .forbidden {
                 finish(id, reason: .failed)

@@ -24,7 +24,7 @@ enum PhoneCommand {
           hold | resume         hold the call
           status                the current call and the call UI's state
           history               your last calls
-          wait EVENT [SECONDS]  (scripts) wait for: incoming, connected, ended, audio (default 10 s)
+          wait EVENT [SECONDS]  (scripts) wait for: incoming, push, connected, ended, audio (default 10 s)
           sleep SECONDS         (scripts) pause
           quit
 
@@ -173,6 +173,7 @@ actor Softphone {
             let payload = record["payload"] as? [String: Any]
         else { return }
         if kind == "voip" {
+            seen.append("push")
             say("push: VoIP")
             system.deliverVoIPPush(payload) { payload, completion in manager.handleIncomingVoIPPush(payload: payload, completion: completion) }
         } else if payload["missed"] as? Bool == true {

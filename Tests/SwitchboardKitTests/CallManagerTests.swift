@@ -274,6 +274,24 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         await tablet.client.disconnect()
     }
 
+    @Test func aLatePushForACallAnsweredHereDoesNotEndIt() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 12)
+        try await bob.client.connect()
+        let alice = try await caller(stack)
+        let id = try await createCall(alice, to: "bob")
+        try await eventually("bob's phone to ring") { bob.system.call(id) != nil }
+        #expect(await bob.system.userAnswers(id))
+        try await bob.receivePush()  // the push for the same call arrives after the answer
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(bob.ended(id) == nil, "still in the call")
+        #expect(bob.system.calls.count == 1)
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+
     @Test func aReconnectionInTheMiddleOfACallLosesNoEvent() async throws {
         let stack = try Stack()
         defer { stack.stop() }

@@ -230,7 +230,7 @@ func runTool(_ name: String, _ arguments: [String], environment: [String: String
         let fixture = try CallFixture()
         defer { fixture.stop() }
         let directory = fixture.directory
-        try "wait incoming 15\nanswer\nwait ended 15\nhistory\nquit\n".write(toFile: directory + "/bob.txt", atomically: true, encoding: .utf8)
+        try "wait incoming 15\nwait push 15\nanswer\nwait ended 15\nhistory\nquit\n".write(toFile: directory + "/bob.txt", atomically: true, encoding: .utf8)
         try "call bob\nwait connected 15\nsleep 0.3\nstatus\nhangup\nwait ended 5\nquit\n".write(
             toFile: directory + "/alice.txt", atomically: true, encoding: .utf8)
 
