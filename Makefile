@@ -17,6 +17,7 @@ test: test-deps
 	$(SWIFT) test
 	scripts/autobahn.sh .build/debug/switchboard $(VENV)
 	scripts/interop.sh .build/debug/switchboard $(VENV)
+	$(SWIFT) build --target SwitchboardKit --scratch-path .build/typecheck -Xswiftc -DSWITCHBOARD_TYPECHECK_URLSESSION
 
 build: deps
 	$(SWIFT) build

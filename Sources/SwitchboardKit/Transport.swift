@@ -120,7 +120,9 @@ public struct CurlHTTPTransport: HTTPTransport {
 }
 #endif
 
-#if canImport(Darwin)
+// Apple platforms. `make test` also type-checks this part on Linux (FoundationNetworking has
+// the same API) with -DSWITCHBOARD_TYPECHECK_URLSESSION.
+#if canImport(Darwin) || SWITCHBOARD_TYPECHECK_URLSESSION
 /// The WebSocket transport on `URLSessionWebSocketTask` (Apple platforms).
 public final class URLSessionWebSocketTransport: WebSocketTransport {
     private let session: URLSession

@@ -65,9 +65,10 @@ extension Hub {
         let now = self.now
         func allowed(_ key: String, _ limit: Int) -> Bool {
             let recent = (inviteLog[key] ?? []).filter { now - $0 < .seconds(60) }
-            inviteLog[key] = recent
+            inviteLog[key] = recent.isEmpty ? nil : recent
             return recent.count < limit
         }
+        pruneCallBookkeeping(now: now)
         let callerKey = "caller\u{0}" + Self.userKey(app.id, caller.sub)
         guard allowed(callerKey, limits.invitesPerMinute),
             callees.allSatisfy({ allowed(callerKey + "\u{0}" + $0, limits.invitesPerPairPerMinute) })
@@ -129,6 +130,20 @@ extension Hub {
         }
         perform(call, startEffects)
         return describe(call)
+    }
+
+    /// Forgets invite counts older than a minute and idempotency keys of calls that ended long
+    /// ago, so the maps stay bounded (at most every ten seconds).
+    func pruneCallBookkeeping(now: ContinuousClock.Instant) {
+        guard now - lastPrune > .seconds(10) else { return }
+        lastPrune = now
+        inviteLog = inviteLog.compactMapValues { times in
+            let recent = times.filter { now - $0 < .seconds(60) }
+            return recent.isEmpty ? nil : recent
+        }
+        if callIdempotency.count > 10_000 {
+            callIdempotency = callIdempotency.filter { calls[$0.value] != nil }
+        }
     }
 
     /// Whether a device can be rung without a connection.

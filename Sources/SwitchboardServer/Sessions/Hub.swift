@@ -22,6 +22,7 @@ final class Hub: @unchecked Sendable {
     var callIdempotency: [String: String] = [:]
     var callRooms: [RoomKey: Set<String>] = [:]
     var inviteLog: [String: [ContinuousClock.Instant]] = [:]
+    var lastPrune = ContinuousClock.now
     /// Calls still ringing, readable from push tasks on other threads.
     let ringingCalls = RingingSet()
 
@@ -162,7 +163,9 @@ final class Hub: @unchecked Sendable {
         }
         session.rooms.removeAll()
         sessions.removeValue(forKey: session.peerID)
-        sessionsByUser[Self.userKey(session.app.id, session.identity)]?.removeAll { $0 === session }
+        let userKey = Self.userKey(session.app.id, session.identity)
+        sessionsByUser[userKey]?.removeAll { $0 === session }
+        if sessionsByUser[userKey]?.isEmpty == true { sessionsByUser.removeValue(forKey: userKey) }
         byResumeToken.removeValue(forKey: session.resumeToken)
         if let connection = session.connection {
             byConnection.removeValue(forKey: connection)
