@@ -112,13 +112,22 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             finish(id, reason: .failed)
             return
         }
-        if let expires = (payload["ring_expires_at"] as? NSNumber)?.int64Value,
-            Double(expires) / 1000 < Date().timeIntervalSince1970 - 5
-        {
+        if let expires = Self.number(payload["ring_expires_at"]), expires / 1000 < Date().timeIntervalSince1970 - 5 {
             finish(id, reason: .unanswered)
             return
         }
         Task { await reconcile(id) }
+    }
+
+    /// A JSON number from a push payload, whatever type the platform's decoder gave it.
+    static func number(_ value: Any?) -> Double? {
+        switch value {
+        case let number as Int: Double(number)
+        case let number as Int64: Double(number)
+        case let number as Double: number
+        case let number as NSNumber: number.doubleValue
+        default: nil
+        }
     }
 
     /// Connects if needed and ends the call if the server says it is over.

@@ -204,6 +204,20 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
     }
 
+    @Test func aStalePushIsReportedThenEndedAsUnanswered() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try Phone(stack: stack, identity: "bob", device: "b-phone", seed: 13)
+        let id = UUID()
+        let expired = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+        bob.deliver([
+            "call_id": id.uuidString.lowercased(), "caller": ["identity": "alice", "name": "Alice"], "ring_expires_at": expired,
+        ])
+        #expect(bob.system.call(id) != nil)
+        #expect(bob.ended(id) == .unanswered)
+        #expect(bob.system.violations.isEmpty)
+    }
+
     @Test func anAnswerBeforeTheConnectionIsUpIsHeldThenFulfilled() async throws {
         let stack = try Stack()
         defer { stack.stop() }
