@@ -62,7 +62,7 @@ let package = Package(
         // The load generator of `make bench`.
         .executableTarget(
             name: "switchboard-bench",
-            dependencies: ["SwitchboardServer", "SwitchboardSystem"]),
+            dependencies: ["SwitchboardServer", "SwitchboardSystem", "SwitchboardProtocol"]),
         // Writes to a store in a loop so a test can kill -9 it mid-write.
         .executableTarget(
             name: "store-torture",

@@ -245,8 +245,10 @@ extension Duration {
 
 // MARK: - Outbound frames
 
-/// A WebSocket message ready to send, with libwebsockets' header room in front. One frame can be
-/// queued on many connections (fan-out) without copying.
+/// A WebSocket message ready to send, with libwebsockets' header room in front. On the server
+/// one frame can be queued on many connections (fan-out) without copying. A client connection
+/// masks the payload in place as it sends it (RFC 6455 5.3), so a frame goes out on a client
+/// connection once.
 public final class OutboundFrame: @unchecked Sendable {
     // Safety: the bytes are written once in init; libwebsockets writes the frame header into
     // the reserved room in front only on the loop thread, one connection at a time.

@@ -28,6 +28,19 @@ public final class Metrics: Sendable {
     }
 
     private let state = Mutex(State())
+
+    /// Counters bumped for every message: plain atomics, no lock, no label lookup.
+    public final class HotCounter: Sendable {
+        let name: String
+        let value = Atomic<Int>(0)
+        init(_ name: String) { self.name = name }
+        public func increment() { value.add(1, ordering: .relaxed) }
+    }
+
+    public let messagesIn = HotCounter("switchboard_messages_in_total")
+    public let messagesOut = HotCounter("switchboard_messages_out_total")
+    public let signals = HotCounter("switchboard_signals_total")
+    private var hotCounters: [HotCounter] { [messagesIn, messagesOut, signals] }
     private let help: [String: (type: String, text: String)] = [
         "switchboard_connections": ("gauge", "Open WebSocket connections."),
         "switchboard_connections_total": ("counter", "WebSocket connections accepted."),
@@ -76,6 +89,7 @@ public final class Metrics: Sendable {
 
     /// The current value of a counter (0 if never touched).
     public func counter(_ name: String, _ labels: KeyValuePairs<String, String> = [:]) -> Double {
+        if labels.isEmpty, let hot = hotCounters.first(where: { $0.name == name }) { return Double(hot.value.load(ordering: .relaxed)) }
         let key = Self.key(name, labels)
         return state.withLock { $0.counters[key] ?? 0 }
     }
@@ -88,7 +102,8 @@ public final class Metrics: Sendable {
 
     /// Everything, in Prometheus text exposition format 0.0.4.
     public func render() -> String {
-        let snapshot = state.withLock { $0 }
+        var snapshot = state.withLock { $0 }
+        for hot in hotCounters { snapshot.counters[Key(name: hot.name, labels: [])] = Double(hot.value.load(ordering: .relaxed)) }
         // Each series is (sort key, lines); a histogram's lines stay in bucket order.
         var families: [String: [(String, [String])]] = [:]
         for (key, value) in snapshot.counters.merging(snapshot.gauges, uniquingKeysWith: { $1 }) {

@@ -178,7 +178,7 @@ final class Hub: @unchecked Sendable {
 
     func received(_ bytes: [UInt8], binary: Bool, on connection: ConnectionID) {
         guard let session = byConnection[connection] else { return }
-        metrics.increment("switchboard_messages_in_total")
+        metrics.messagesIn.increment()
         if binary {
             reply(.error(id: nil, ErrorBody(.badRequest, "binary messages are not part of the protocol")), to: session)
             return
@@ -204,7 +204,7 @@ final class Hub: @unchecked Sendable {
             return
         }
         do throws(ErrorBody) {
-            let result = try handle(type: type, bytes: bytes, from: session)
+            let result = try handle(type: type, object: object, bytes: bytes, from: session)
             reply(.ok(id: id, data: result.reply), to: session)
             apply(result.effects)
         } catch {
@@ -217,7 +217,7 @@ final class Hub: @unchecked Sendable {
         var effects: [RoomDirectory.Effect] = []
     }
 
-    private func handle(type: String, bytes: [UInt8], from session: Session) throws(ErrorBody) -> Outcome {
+    private func handle(type: String, object: [String: JSONValue], bytes: [UInt8], from session: Session) throws(ErrorBody) -> Outcome {
         switch type {
         case MessageType.ping:
             return Outcome(reply: ["server_time": .int(Self.wallMillis())])
@@ -264,8 +264,12 @@ final class Hub: @unchecked Sendable {
             return Outcome(reply: nil, effects: effects)
 
         case MessageType.signal:
-            let request: SignalRequest = try decodeData(bytes)
-            metrics.increment("switchboard_signals_total")
+            // The hot path: fields straight from the message already parsed.
+            guard case .object(let data)? = object["data"], let room = data["room"]?.stringValue, let to = data["to"]?.stringValue,
+                let signal = data["signal"]
+            else { throw ErrorBody(.badRequest, "invalid data: signal needs room, to and signal") }
+            let request = SignalRequest(room: room, to: to, signal: signal)
+            metrics.signals.increment()
             do {
                 return Outcome(
                     effects: try rooms.signal(
@@ -274,7 +278,11 @@ final class Hub: @unchecked Sendable {
             } catch { throw error.body }
 
         case MessageType.data:
-            let request: DataRequest = try decodeData(bytes)
+            guard case .object(let fields)? = object["data"], let room = fields["room"]?.stringValue, let payload = fields["data"] else {
+                throw ErrorBody(.badRequest, "invalid data: data needs room and data")
+            }
+            if let to = fields["to"], to != .null, to.stringValue == nil { throw ErrorBody(.badRequest, "invalid data: to is a peer id") }
+            let request = DataRequest(room: room, to: fields["to"]?.stringValue, data: payload)
             try checkSize(request.data, what: "data")
             do {
                 return Outcome(
@@ -409,7 +417,7 @@ final class Hub: @unchecked Sendable {
 
     private func transmit(_ frame: OutboundFrame, to session: Session) {
         guard let connection = session.connection else { return }
-        if transport?.send(frame, to: connection) == true { metrics.increment("switchboard_messages_out_total") }
+        if transport?.send(frame, to: connection) == true { metrics.messagesOut.increment() }
     }
 
     // MARK: Helpers
