@@ -12,6 +12,11 @@ import Testing
         #expect(value == again)
     }
 
+    @Test func eachKindDecodesAsItself() throws {
+        let value = try JSONDecoder().decode(JSONValue.self, from: Data(#"[true,false,0,1,-2,1.5,"1","",null,[],{}]"#.utf8))
+        #expect(value == .array([.bool(true), .bool(false), .int(0), .int(1), .int(-2), .double(1.5), .string("1"), .string(""), .null, .array([]), .object([:])]))
+    }
+
     @Test func integersStayIntegers() throws {
         let value = try JSONDecoder().decode(JSONValue.self, from: Data(#"{"id":9007199254740993}"#.utf8))
         #expect(value["id"] == .int(9_007_199_254_740_993))
