@@ -34,6 +34,11 @@ let package = Package(
         .systemLibrary(
             name: "CNGHTTP2", pkgConfig: "libnghttp2",
             providers: [.apt(["libnghttp2-dev"]), .brew(["nghttp2"])]),
+        // The parser of incoming WebSocket messages: Foundation's JSONDecoder spends ~20 µs on a
+        // 300-byte signal decoded as a JSONValue, jansson ~6 µs (see BENCHMARKS.md, relay).
+        .systemLibrary(
+            name: "CJansson", pkgConfig: "jansson",
+            providers: [.apt(["libjansson-dev"]), .brew(["jansson"])]),
         // Macros and variadic C functions Swift cannot call directly.
         .target(name: "CShims", dependencies: ["CCurl", "CSQLite"]),
 
@@ -43,7 +48,9 @@ let package = Package(
         // crypto, SQLite; plus logging and metrics.
         .target(
             name: "SwitchboardSystem",
-            dependencies: ["CLibWebSockets", "CCurl", "CCrypto", "CSQLite", "CTLS", "CNGHTTP2", "CShims"]),
+            dependencies: [
+                "SwitchboardProtocol", "CLibWebSockets", "CCurl", "CCrypto", "CSQLite", "CTLS", "CNGHTTP2", "CJansson", "CShims",
+            ]),
         .target(
             name: "SwitchboardServer",
             dependencies: ["SwitchboardProtocol", "SwitchboardSystem"]),

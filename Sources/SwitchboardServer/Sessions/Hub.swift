@@ -183,7 +183,8 @@ final class Hub: @unchecked Sendable {
             reply(.error(id: nil, ErrorBody(.badRequest, "binary messages are not part of the protocol")), to: session)
             return
         }
-        guard let value = try? decoder.decode(JSONValue.self, from: Data(bytes)) else {
+        // jansson first (fast); JSONDecoder for what jansson cannot hold (integers beyond 64 bits).
+        guard let value = JSONParser.parse(bytes) ?? (try? decoder.decode(JSONValue.self, from: Data(bytes))) else {
             reply(.error(id: nil, ErrorBody(.malformedJSON, "the message is not valid JSON")), to: session)
             return
         }

@@ -1,0 +1,36 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+import Testing
+
+/// The server parses incoming messages with jansson; it must read every document exactly as
+/// Foundation's JSONDecoder does, and leave to it what it cannot hold.
+@Suite struct JSONParserTests {
+    @Test(arguments: [
+        #"{"type":"signal","id":7,"data":{"room":"r","to":"p_1","signal":{"type":"offer","sdp":"v=0\r\n"}}}"#,
+        #"[true,false,null,0,-1,9223372036854775807,-9223372036854775808,1.5,-0.25,1e3,2.0,"",[],{}]"#,
+        #"{"é":"\u00e9\u4e2d\ud83d\ude00","quote":"\"\\\/\b\f\n\r\t","nul":"a\u0000b"}"#,
+        #""just a string""#, #"42"#, #"  {"nested":{"deeper":[{"a":[1,[2,[3]]]}]}}  "#,
+    ])
+    func agreesWithJSONDecoder(text: String) throws {
+        let expected = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+        #expect(JSONParser.parse(Array(text.utf8)) == expected)
+    }
+
+    @Test(arguments: [
+        #"{"a":1"#, #"{'a':1}"#, #"{"a":01}"#, "", #"{"a":1}{"b":2}"#, #"{"a":NaN}"#,
+    ])
+    func rejectsWhatIsNotJSON(text: String) {
+        #expect(JSONParser.parse(Array(text.utf8)) == nil)
+        #expect((try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) == nil)
+    }
+
+    @Test func rejectsInvalidUTF8() {
+        #expect(JSONParser.parse([0x22, 0xff, 0xfe, 0x22]) == nil)
+    }
+
+    @Test func leavesIntegersBeyond64BitsToTheFallback() throws {
+        // The hub falls back to JSONDecoder, which reads it as a Double.
+        #expect(JSONParser.parse(Array(#"{"id":18446744073709551616}"#.utf8)) == nil)
+    }
+}
