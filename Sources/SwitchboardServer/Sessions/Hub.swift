@@ -184,7 +184,7 @@ final class Hub: @unchecked Sendable {
             return
         }
         // jansson first (fast); JSONDecoder for what jansson cannot hold (integers beyond 64 bits).
-        guard let value = JSONParser.parse(bytes) ?? (try? decoder.decode(JSONValue.self, from: Data(bytes))) else {
+        guard let value = JSONText.parse(bytes) ?? (try? decoder.decode(JSONValue.self, from: Data(bytes))) else {
             reply(.error(id: nil, ErrorBody(.malformedJSON, "the message is not valid JSON")), to: session)
             return
         }
@@ -398,7 +398,7 @@ final class Hub: @unchecked Sendable {
     /// Sends a sequenced event: logged for replay, delivered now if attached.
     func sendEvent(_ type: String, _ data: JSONValue, to session: Session) {
         session.lastSequence += 1
-        guard let bytes = try? encoder.encode(Envelope(type: type, seq: session.lastSequence, data: data)) else { return }
+        guard let bytes = encode(Envelope(type: type, seq: session.lastSequence, data: data)) else { return }
         let frame = OutboundFrame(bytes)
         session.log.append(seq: session.lastSequence, frame: frame)
         transmit(frame, to: session)
@@ -412,8 +412,21 @@ final class Hub: @unchecked Sendable {
 
     private func reply(_ envelope: Envelope, to session: Session) {
         if let error = envelope.error { metrics.increment("switchboard_errors_total", ["code": error.code.rawValue]) }
-        guard let bytes = try? encoder.encode(envelope) else { return }
+        guard let bytes = encode(envelope) else { return }
         transmit(OutboundFrame(bytes), to: session)
+    }
+
+    /// The JSON of a message: jansson on the hot path; JSONEncoder for errors (rare) and for
+    /// floating-point numbers, which jansson does not write in the shortest form.
+    private func encode(_ envelope: Envelope) -> [UInt8]? {
+        if envelope.error == nil {
+            var members: [(String, JSONValue)] = [("type", .string(envelope.type))]
+            if let id = envelope.id { members.append(("id", id)) }
+            if let seq = envelope.seq { members.append(("seq", .int(Int64(seq)))) }
+            if let data = envelope.data { members.append(("data", data)) }
+            if let bytes = JSONText.serialize(members: members) { return bytes }
+        }
+        return (try? encoder.encode(envelope)).map(Array.init)
     }
 
     private func transmit(_ frame: OutboundFrame, to session: Session) {

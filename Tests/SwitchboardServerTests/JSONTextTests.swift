@@ -5,7 +5,7 @@ import Testing
 
 /// The server parses incoming messages with jansson; it must read every document exactly as
 /// Foundation's JSONDecoder does, and leave to it what it cannot hold.
-@Suite struct JSONParserTests {
+@Suite struct JSONTextTests {
     @Test(arguments: [
         #"{"type":"signal","id":7,"data":{"room":"r","to":"p_1","signal":{"type":"offer","sdp":"v=0\r\n"}}}"#,
         #"[true,false,null,0,-1,9223372036854775807,-9223372036854775808,1.5,-0.25,1e3,2.0,"",[],{}]"#,
@@ -14,23 +14,42 @@ import Testing
     ])
     func agreesWithJSONDecoder(text: String) throws {
         let expected = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
-        #expect(JSONParser.parse(Array(text.utf8)) == expected)
+        #expect(JSONText.parse(Array(text.utf8)) == expected)
     }
 
     @Test(arguments: [
         #"{"a":1"#, #"{'a':1}"#, #"{"a":01}"#, "", #"{"a":1}{"b":2}"#, #"{"a":NaN}"#,
     ])
     func rejectsWhatIsNotJSON(text: String) {
-        #expect(JSONParser.parse(Array(text.utf8)) == nil)
+        #expect(JSONText.parse(Array(text.utf8)) == nil)
         #expect((try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) == nil)
     }
 
     @Test func rejectsInvalidUTF8() {
-        #expect(JSONParser.parse([0x22, 0xff, 0xfe, 0x22]) == nil)
+        #expect(JSONText.parse([0x22, 0xff, 0xfe, 0x22]) == nil)
     }
 
     @Test func leavesIntegersBeyond64BitsToTheFallback() throws {
         // The hub falls back to JSONDecoder, which reads it as a Double.
-        #expect(JSONParser.parse(Array(#"{"id":18446744073709551616}"#.utf8)) == nil)
+        #expect(JSONText.parse(Array(#"{"id":18446744073709551616}"#.utf8)) == nil)
+    }
+}
+
+@Suite struct JSONTextSerializeTests {
+    @Test func writesWhatJSONDecoderReadsBack() throws {
+        let data: JSONValue = [
+            "sdp": "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\n", "path": "a/b", "unicode": "é中😀\u{0}",
+            "list": [1, -2, true, false, .null, [], [:]], "nested": ["deeper": ["n": .int(Int64.min)]],
+        ]
+        let bytes = try #require(JSONText.serialize(members: [("type", "signal"), ("seq", 3), ("data", data)]))
+        let text = String(decoding: bytes, as: UTF8.self)
+        #expect(text.hasPrefix(#"{"type":"signal","seq":3,"data":{"#))
+        #expect(text.contains(#""path":"a/b""#))
+        let back = try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+        #expect(back == ["type": "signal", "seq": 3, "data": data])
+    }
+
+    @Test func leavesFloatingPointToJSONEncoder() {
+        #expect(JSONText.serialize(members: [("data", ["x": .double(0.1)])]) == nil)
     }
 }

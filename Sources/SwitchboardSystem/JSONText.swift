@@ -1,9 +1,10 @@
 import CJansson
+import Glibc
 import SwitchboardProtocol
 
-/// Parses JSON text into a `JSONValue` with jansson: the server's parser for incoming
-/// WebSocket messages, where Foundation's `JSONDecoder` is the largest cost of relaying a signal.
-public enum JSONParser {
+/// JSON text with jansson, for the server's WebSocket hot path, where Foundation's `JSONDecoder`
+/// and `JSONEncoder` were the largest costs of relaying a signal (see BENCHMARKS.md, relay).
+public enum JSONText {
     /// The value `bytes` hold, or nil when jansson rejects them. jansson also rejects what it
     /// cannot represent exactly (integers beyond 64 bits); callers that must accept those fall
     /// back to `JSONDecoder`, which also words the error.
@@ -18,6 +19,55 @@ public enum JSONParser {
         guard let root else { return nil }
         defer { json_decref(root) }
         return value(of: root)
+    }
+
+    /// Compact JSON for an object whose members appear in the given order (nested objects in
+    /// their dictionary's order), written as `JSONEncoder` writes it: UTF-8 as is, slashes not
+    /// escaped. Nil when a member holds a floating-point number: jansson writes those with 17
+    /// significant digits where `JSONEncoder` writes the shortest form, so callers encode those
+    /// with `JSONEncoder`.
+    public static func serialize(members: [(String, JSONValue)]) -> [UInt8]? {
+        guard let root = json_object() else { return nil }
+        defer { json_decref(root) }
+        for (key, member) in members {
+            guard let node = node(for: member), json_object_setn_new_nocheck(root, key, key.utf8.count, node) == 0 else { return nil }
+        }
+        guard let text = json_dumps(root, Int(JSON_COMPACT)) else { return nil }
+        defer { free(text) }
+        return Array(UnsafeRawBufferPointer(start: text, count: strlen(text)))
+    }
+
+    /// A new jansson node (one reference, the caller's) for `value`.
+    private static func node(for value: JSONValue) -> UnsafeMutablePointer<json_t>? {
+        switch value {
+        case .null: return json_null()
+        case .bool(let flag): return flag ? json_true() : json_false()
+        case .int(let integer): return json_integer(json_int_t(integer))
+        case .double: return nil
+        case .string(let text):
+            var text = text
+            return text.withUTF8 { bytes in
+                bytes.withMemoryRebound(to: CChar.self) { json_stringn_nocheck($0.baseAddress, $0.count) }
+            }
+        case .array(let elements):
+            guard let array = json_array() else { return nil }
+            for element in elements {
+                guard let child = node(for: element), json_array_append_new(array, child) == 0 else {
+                    json_decref(array)
+                    return nil
+                }
+            }
+            return array
+        case .object(let members):
+            guard let object = json_object() else { return nil }
+            for (key, member) in members {
+                guard let child = node(for: member), json_object_setn_new_nocheck(object, key, key.utf8.count, child) == 0 else {
+                    json_decref(object)
+                    return nil
+                }
+            }
+            return object
+        }
     }
 
     private static func value(of node: UnsafeMutablePointer<json_t>) -> JSONValue {
