@@ -941,6 +941,7 @@ public final class WebSocketClient: @unchecked Sendable {
     private var connectContinuation: CheckedContinuation<Void, any Error>?
     private let headers: [(String, String)]
     private var finished = false
+    private var eventHandler: ((Event) -> Void)?
 
     private init(loop: EventLoop, headers: [(String, String)]) {
         self.loop = loop
@@ -1018,7 +1019,7 @@ public final class WebSocketClient: @unchecked Sendable {
         finished = true
         if let wsi { loop.clients.removeValue(forKey: key(wsi)) }
         wsi = nil
-        continuation.yield(.closed(code: code, reason: reason))
+        deliver(.closed(code: code, reason: reason))
         continuation.finish()
     }
 
@@ -1027,13 +1028,31 @@ public final class WebSocketClient: @unchecked Sendable {
         send(OutboundFrame(text: text))
     }
 
-    /// Sends a frame. Callable from any thread.
+    /// Sends a frame. Callable from any thread; on the loop thread it is queued at once.
     public func send(_ frame: OutboundFrame) {
-        loop.execute { [self] in
-            guard let wsi, closeRequested == nil else { return }
-            sendQueue.append(frame)
-            lws_callback_on_writable(wsi)
+        if loop.isOnLoop {
+            enqueue(frame)
+        } else {
+            loop.execute { [self] in enqueue(frame) }
         }
+    }
+
+    private func enqueue(_ frame: OutboundFrame) {
+        guard let wsi, closeRequested == nil else { return }
+        sendQueue.append(frame)
+        lws_callback_on_writable(wsi)
+    }
+
+    /// From now on, delivers events by calling `handler` on the loop thread instead of through
+    /// `events` (which then only ends): for load generators, where a hop to a task per message
+    /// costs more than the message. Call it on the loop thread.
+    public func handleEventsOnLoop(_ handler: @escaping (Event) -> Void) {
+        loop.assertOnLoop()
+        eventHandler = handler
+    }
+
+    private func deliver(_ event: Event) {
+        if let eventHandler { eventHandler(event) } else { continuation.yield(event) }
     }
 
     /// Starts the closing handshake with `code`. Callable from any thread.
@@ -1083,9 +1102,9 @@ public final class WebSocketClient: @unchecked Sendable {
             }
             if lws_is_final_fragment(wsi) != 0 && lws_remaining_packet_payload(wsi) == 0 {
                 if lws_frame_is_binary(wsi) != 0 {
-                    continuation.yield(.binary(rx))
+                    deliver(.binary(rx))
                 } else {
-                    continuation.yield(.text(String(decoding: rx, as: UTF8.self)))
+                    deliver(.text(String(decoding: rx, as: UTF8.self)))
                 }
                 rx.removeAll(keepingCapacity: true)
             }

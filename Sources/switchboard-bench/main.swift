@@ -66,6 +66,8 @@ func benchPush(_ arguments: [String]) async throws {
 
 /// Signal relay: `pairs` pairs of clients, each pair in its own room; every sender keeps
 /// `window` ~300-byte signals in flight to its partner. Prints delivered signals per second.
+/// Everything after connecting runs in event handlers on the loop thread, so the generator
+/// spends its core on frames, not on hops between threads.
 func benchRelay(_ arguments: [String]) async throws {
     guard let server = option("server", in: arguments), let apiKey = option("api-key", in: arguments),
         let secret = option("api-secret", in: arguments)
@@ -79,78 +81,100 @@ func benchRelay(_ arguments: [String]) async throws {
             apiKey: apiKey, identity: identity, name: nil, grants: SwitchboardProtocol.Grants(room: "*", roomJoin: true), ttlSeconds: 3600)
         return AccessTokenVerifier.sign(claims, secret: secret)
     }
-    final class Counter: Sendable { let value = Atomic<Int>(0) }
-    let delivered = Counter()
-    let ready = Counter()
-    let perPair = total / pairs
-    let sdp = String(repeating: "a", count: 200)
-    var clients: [(WebSocketClient, WebSocketClient, String)] = []
+    var clients: [(sender: WebSocketClient, receiver: WebSocketClient)] = []
     for index in 0..<pairs {
         let receiver = try await WebSocketClient.connect(to: URL(string: "\(server)/v1/ws?access_token=\(token("r\(index)"))")!, on: loop)
         let sender = try await WebSocketClient.connect(to: URL(string: "\(server)/v1/ws?access_token=\(token("s\(index)"))")!, on: loop)
-        clients.append((sender, receiver, "bench-\(index)"))
+        clients.append((sender, receiver))
     }
-    let started = ContinuousClock.now
-    await withTaskGroup(of: Void.self) { group in
-        for (sender, receiver, room) in clients {
-            // The receiver joins first and counts the signals it gets.
-            group.addTask {
-                var received = 0
-                receiver.send(text: #"{"type":"room.join","id":1,"data":{"room":"\#(room)"}}"#)
-                for await event in receiver.events {
-                    guard case .text(let text) = event else { continue }
-                    if text.hasPrefix(#"{"type":"ok""#) || text.contains(#""type":"ok""#) {
-                        // Joined: the sender may join now.
-                        ready.value.add(1, ordering: .relaxed)
-                        continue
-                    }
-                    guard text.contains(#""type":"signal""#) else { continue }
-                    received += 1
-                    delivered.value.add(1, ordering: .relaxed)
-                    if received == perPair { return }
-                }
-            }
-            // The sender joins, learns the receiver's peer id from the reply, then keeps
-            // `window` signals in flight (one more for each reply).
-            group.addTask {
-                while ready.value.load(ordering: .relaxed) < pairs { try? await Task.sleep(for: .milliseconds(5)) }
-                sender.send(text: #"{"type":"room.join","id":0,"data":{"room":"\#(room)"}}"#)
-                var sent = 0
-                var replies = 0
-                var frame: String?
-                for await event in sender.events {
-                    guard case .text(let text) = event else { continue }
-                    if frame == nil, text.contains(#""id":0"#), text.contains("peer_id") {
-                        guard let reply = try? JSONDecoder().decode(SwitchboardProtocol.JSONValue.self, from: Data(text.utf8)),
-                            case .array(let peers)? = reply["data"]?["peers"], let to = peers.first?["peer_id"]?.stringValue
-                        else { return }
-                        frame = String(#"{"type":"signal","id":1,"data":{"room":"\#(room)","to":"\#(to)","signal":{"type":"candidate","candidate":"\#(sdp)"}}}"#)
-                        while sent < min(window, perPair) {
-                            sender.send(text: frame!)
-                            sent += 1
-                        }
-                        continue
-                    }
-                    guard let frame, text.contains(#""type":"ok""#) else { continue }
-                    replies += 1
-                    if sent < perPair {
-                        sender.send(text: frame)
-                        sent += 1
-                    }
-                    if replies == perPair { return }
-                }
-            }
-        }
+    let run = RelayRun(clients: clients, perPair: total / pairs, window: window)
+    let seconds = await withCheckedContinuation { (done: CheckedContinuation<Double, Never>) in
+        loop.execute { run.start(done) }
     }
-    let elapsed = ContinuousClock.now - started
-    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-    let count = delivered.value.load(ordering: .relaxed)
-    print(#"{"messages_per_second": \#(Int(Double(count) / seconds)), "delivered": \#(count), "seconds": \#(String(format: "%.3f", seconds)), "pairs": \#(pairs)}"#)
-    for (sender, receiver, _) in clients {
+    print(#"{"messages_per_second": \#(Int(Double(run.delivered) / seconds)), "delivered": \#(run.delivered), "seconds": \#(String(format: "%.3f", seconds)), "pairs": \#(pairs)}"#)
+    for (sender, receiver) in clients {
         sender.close()
         receiver.close()
     }
     loop.stop()
+}
+
+/// The state of a relay run, confined to the loop thread.
+final class RelayRun: @unchecked Sendable {
+    // Safety: every method runs on the event loop thread (start is called through execute,
+    // the rest from the clients' event handlers).
+    let clients: [(sender: WebSocketClient, receiver: WebSocketClient)]
+    let perPair: Int
+    let window: Int
+    var joined = 0
+    var delivered = 0
+    var started = ContinuousClock.now
+    var done: CheckedContinuation<Double, Never>?
+    let candidate = String(repeating: "a", count: 200)
+
+    init(clients: [(sender: WebSocketClient, receiver: WebSocketClient)], perPair: Int, window: Int) {
+        self.clients = clients
+        self.perPair = perPair
+        self.window = window
+    }
+
+    /// Every receiver joins its room; when all have, the senders join theirs and start.
+    func start(_ done: CheckedContinuation<Double, Never>) {
+        self.done = done
+        for (index, pair) in clients.enumerated() {
+            var received = 0
+            pair.receiver.handleEventsOnLoop { [self] event in
+                guard case .text(let text) = event else { return }
+                if text.hasPrefix(#"{"type":"signal""#) {
+                    received += 1
+                    delivered += 1
+                    if delivered == perPair * clients.count, let done = self.done {
+                        self.done = nil
+                        let elapsed = ContinuousClock.now - started
+                        done.resume(returning: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+                    }
+                } else if text.hasPrefix(#"{"type":"ok","id":1"#) {
+                    joined += 1
+                    if joined == clients.count { startSenders() }
+                } else if text.hasPrefix(#"{"type":"error""#) {
+                    fail("receiver \(index): \(text)")
+                }
+            }
+            pair.receiver.send(text: #"{"type":"room.join","id":1,"data":{"room":"bench-\#(index)"}}"#)
+        }
+    }
+
+    private func startSenders() {
+        started = .now
+        for (index, pair) in clients.enumerated() {
+            let room = "bench-\(index)"
+            var frame = ""
+            var sent = 0
+            let sender = pair.sender
+            sender.handleEventsOnLoop { [self] event in
+                guard case .text(let text) = event else { return }
+                if text.hasPrefix(#"{"type":"ok","id":1"#) {
+                    // One reply: one more signal, until this pair's share is sent.
+                    if sent < perPair {
+                        sender.send(text: frame)
+                        sent += 1
+                    }
+                } else if text.hasPrefix(#"{"type":"ok","id":0"#) {
+                    guard let reply = try? JSONDecoder().decode(SwitchboardProtocol.JSONValue.self, from: Data(text.utf8)),
+                        case .array(let peers)? = reply["data"]?["peers"], let to = peers.first?["peer_id"]?.stringValue
+                    else { fail("sender \(index): no peer in the join reply: \(text)") }
+                    frame = #"{"type":"signal","id":1,"data":{"room":"\#(room)","to":"\#(to)","signal":{"type":"candidate","candidate":"\#(candidate)"}}}"#
+                    while sent < min(window, perPair) {
+                        sender.send(text: frame)
+                        sent += 1
+                    }
+                } else if text.hasPrefix(#"{"type":"error""#) {
+                    fail("sender \(index): \(text)")
+                }
+            }
+            sender.send(text: #"{"type":"room.join","id":0,"data":{"room":"\#(room)"}}"#)
+        }
+    }
 }
 
 let arguments = Array(CommandLine.arguments.dropFirst())
