@@ -16,6 +16,11 @@ func option(_ name: String, in arguments: [String]) -> String? {
     return arguments[index + 1]
 }
 
+/// One line on stdout, written at once (the bench script waits for it).
+func emit(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data((message + "\n").utf8))
     exit(2)
@@ -177,13 +182,64 @@ final class RelayRun: @unchecked Sendable {
     }
 }
 
+/// Idle connections: opens `connections` authenticated WebSockets (`parallel` handshakes at a
+/// time), prints how fast they connected, then holds them open `hold` seconds (long enough for
+/// the server's keepalive pings) and prints how many are still open.
+func benchIdle(_ arguments: [String]) async throws {
+    guard let server = option("server", in: arguments), let apiKey = option("api-key", in: arguments),
+        let secret = option("api-secret", in: arguments)
+    else { fail("--server, --api-key and --api-secret are required") }
+    let count = Int(option("connections", in: arguments) ?? "10000") ?? 10_000
+    let parallel = Int(option("parallel", in: arguments) ?? "64") ?? 64
+    let hold = Int(option("hold", in: arguments) ?? "30") ?? 30
+    let loop = try EventLoop(name: "bench-idle")
+    let started = ContinuousClock.now
+    let clients = try await withThrowingTaskGroup(of: WebSocketClient.self) { group in
+        var opened: [WebSocketClient] = []
+        opened.reserveCapacity(count)
+        for index in 0..<count {
+            if index >= parallel, let client = try await group.next() { opened.append(client) }
+            group.addTask {
+                let claims = AccessTokenIssuer.claims(apiKey: apiKey, identity: "idle-\(index)", name: nil, grants: SwitchboardProtocol.Grants(), ttlSeconds: 3600)
+                let token = AccessTokenVerifier.sign(claims, secret: secret)
+                return try await WebSocketClient.connect(to: URL(string: "\(server)/v1/ws?access_token=\(token)")!, on: loop)
+            }
+        }
+        for try await client in group { opened.append(client) }
+        return opened
+    }
+    let elapsed = ContinuousClock.now - started
+    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    emit(#"{"phase": "connected", "connections": \#(clients.count), "seconds": \#(String(format: "%.3f", seconds)), "connects_per_second": \#(Int(Double(clients.count) / seconds))}"#)
+    // Count the connections that end while held (the server must keep every one).
+    final class Closed: Sendable { let value = Atomic<Int>(0) }
+    let closed = Closed()
+    let watchers = Task {
+        await withTaskGroup(of: Void.self) { group in
+            for client in clients {
+                group.addTask {
+                    for await event in client.events { if case .closed = event { closed.value.add(1, ordering: .relaxed) } }
+                }
+            }
+        }
+    }
+    try await Task.sleep(for: .seconds(hold))
+    emit(#"{"phase": "held", "connections": \#(clients.count), "closed_while_held": \#(closed.value.load(ordering: .relaxed)), "hold_seconds": \#(hold)}"#)
+    watchers.cancel()
+    for client in clients { client.close() }
+    loop.stop()
+}
+
 let arguments = Array(CommandLine.arguments.dropFirst())
 switch arguments.first {
 case "push":
     try await benchPush(Array(arguments.dropFirst()))
 case "relay":
     try await benchRelay(Array(arguments.dropFirst()))
+case "idle":
+    try await benchIdle(Array(arguments.dropFirst()))
 default:
     fail("usage: switchboard-bench push --url URL --ca-file PEM [--count N] [--concurrency C] [--connections K]\n"
-        + "       switchboard-bench relay --server ws://HOST:PORT --api-key K --api-secret S [--pairs N] [--messages M] [--window W]")
+        + "       switchboard-bench relay --server ws://HOST:PORT --api-key K --api-secret S [--pairs N] [--messages M] [--window W]\n"
+        + "       switchboard-bench idle --server ws://HOST:PORT --api-key K --api-secret S [--connections N] [--parallel P] [--hold SECONDS]")
 }
