@@ -17,6 +17,11 @@ bin=.build/release
 # BENCH=relay or BENCH=push,relay runs only those.
 want() { [ "${BENCH:-all}" = all ] || [[ ",${BENCH}," == *",$1,"* ]]; }
 cpu_ticks() { awk '{print $14+$15}' /proc/"$1"/stat; }
+wait_for() {  # wait_for FILE PATTERN
+  for _ in $(seq 1 100); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "timed out waiting for '$2' in $1" >&2; return 1
+}
+
 
 # ---- Push: VoIP pushes per second over one HTTP/2 connection, 40 ms added latency ----
 if want push; then
@@ -114,11 +119,6 @@ print(json.dumps(result))
 PY
 }
 
-wait_for() {  # wait_for FILE PATTERN
-  for _ in $(seq 1 100); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  echo "timed out waiting for '$2' in $1" >&2; return 1
-}
-
 for run in $(seq 1 "$runs"); do
   # Switchboard, a fresh store each run.
   data="$out/relay-$run"
@@ -206,4 +206,92 @@ allocation (~10%).
 print(section)
 PY
 python3 bench/section.py "## Relay:" <"$out/relay.md"
+fi
+
+# ---- Idle connections: memory per authenticated WebSocket, connect rate, keepalive CPU ----
+if want idle; then
+idle="${IDLE_CONNECTIONS:-10000}"
+hold="${IDLE_HOLD_SECONDS:-45}"
+ulimit -n "$(ulimit -Hn)"
+
+rss_kib() { awk '/^VmRSS/ {print $2}' /proc/"$1"/status; }
+
+idle_run() {  # idle_run NAME PID URL KEY SECRET
+  local name=$1 pid=$2 url=$3 key=$4 secret=$5
+  local before; before=$(rss_kib "$pid")
+  taskset -c 1 "$bin/switchboard-bench" idle --server "$url" --api-key "$key" --api-secret "$secret" \
+    --connections "$idle" --hold "$hold" >"$out/idle.out" &
+  local generator=$!
+  for _ in $(seq 1 1200); do grep -q '"connected"' "$out/idle.out" 2>/dev/null && break; sleep 0.1; done
+  local connected; connected=$(rss_kib "$pid")
+  local start_ticks; start_ticks=$(cpu_ticks "$pid")
+  wait "$generator"
+  local end_ticks; end_ticks=$(cpu_ticks "$pid")
+  python3 - "$name" "$out/idle.out" "$before" "$connected" "$((end_ticks - start_ticks))" "$hold" >>"$out/idle.jsonl" <<'PY'
+import json, sys
+name, path, before, connected, ticks, hold = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+lines = [json.loads(line) for line in open(path) if line.startswith("{")]
+up, held = lines[0], lines[-1]
+print(json.dumps({"name": name, "connections": up["connections"], "connects_per_second": up["connects_per_second"],
+                  "bytes_per_connection": (connected - before) * 1024 / up["connections"],
+                  "keepalive_cpu_share": ticks / 100 / hold, "closed_while_held": held.get("closed_while_held")}))
+PY
+}
+
+for run in $(seq 1 "$runs"); do
+  data="$out/idle-$run"
+  "$bin/switchboard" app create --name Bench --bundle-id com.example.bench --data-dir "$data" >"$out/app.json"
+  key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key"])' "$out/app.json")
+  secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_secret"])' "$out/app.json")
+  taskset -c 0 "$bin/switchboard" serve --port 0 --data-dir "$data" >"$out/serve.out" 2>"$out/serve.err" &
+  server=$!
+  wait_for "$out/serve.err" "msg=listening"
+  port=$(sed -n 's/.*msg=listening .*port=\([0-9]*\).*/\1/p' "$out/serve.err" | head -1)
+  idle_run switchboard "$server" "ws://127.0.0.1:$port" "$key" "$secret"
+  kill "$server"; wait "$server" 2>/dev/null || true
+
+  taskset -c 0 "$venv/bin/python" bench/websockets_relay.py --port 18393 >"$out/py.out" 2>&1 &
+  server=$!
+  wait_for "$out/py.out" listening
+  idle_run websockets "$server" "ws://127.0.0.1:18393" none none
+  kill "$server"; wait "$server" 2>/dev/null || true
+done
+cat "$out/idle.jsonl"
+
+python3 - "$out/idle.jsonl" "$runs" "$idle" "$hold" >"$out/idle.md" <<'PY'
+import datetime, json, os, platform, statistics, subprocess, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+runs, count, hold = sys.argv[2:5]
+def median(name, key):
+    return statistics.median(r[key] for r in rows if r["name"] == name)
+cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+closed = sum(r["closed_while_held"] or 0 for r in rows)
+ours, ref = median("switchboard", "bytes_per_connection"), median("websockets", "bytes_per_connection")
+section = f"""## Idle connections: memory, connect rate and keepalive
+
+Measured {datetime.date.today().isoformat()} on {os.cpu_count()} × {cpu_model}, Linux {platform.release()}, {swift}.
+{count} authenticated WebSocket connections (Switchboard checks each one's JWT) opened by
+`switchboard-bench idle` on core 1, 64 handshakes at a time, then held {hold} s, through two
+rounds of keepalive pings (every 20 s of silence, both servers). Memory is the server's
+resident set after connecting minus before. Medians of {runs} runs; connections lost while
+held, all runs: {closed}.
+
+| server | bytes per idle connection | connects/s | keepalive CPU (share of a core) |
+|---|---|---|---|
+| Switchboard | **{ours:,.0f}** | {median('switchboard', 'connects_per_second'):,.0f} | {median('switchboard', 'keepalive_cpu_share'):.1%} |
+| Python `websockets` 15, reference | {ref:,.0f} | {median('websockets', 'connects_per_second'):,.0f} | {median('websockets', 'keepalive_cpu_share'):.1%} |
+
+Switchboard uses **{ref / ours:.1f}×** less memory per connection than the reference.
+Targets: ≤ 8 KiB (8,192 bytes) per idle connection; ≥ 1,000 authenticated connects/s.
+
+Not measured: 50,000 connections. This machine's hard limit is 20,000 open files per
+process, and one client address has 28,232 ephemeral ports. Keepalive was libwebsockets'
+validity timer until this benchmark showed each round of 10,000 pings costing 4 s of CPU
+(the timers live in one sorted list, walked on every insert); the server now sweeps its
+connections once a second itself (0.3 s per round).
+"""
+print(section)
+PY
+python3 bench/section.py "## Idle connections:" <"$out/idle.md"
 fi
