@@ -80,6 +80,7 @@ func benchRelay(_ arguments: [String]) async throws {
     let pairs = Int(option("pairs", in: arguments) ?? "50") ?? 50
     let total = Int(option("messages", in: arguments) ?? "200000") ?? 200_000
     let window = Int(option("window", in: arguments) ?? "20") ?? 20
+    let rate = option("rate", in: arguments).flatMap { Int($0) }
     let loop = try EventLoop(name: "bench-relay")
     func token(_ identity: String) -> String {
         let claims = AccessTokenIssuer.claims(
@@ -92,11 +93,17 @@ func benchRelay(_ arguments: [String]) async throws {
         let sender = try await WebSocketClient.connect(to: URL(string: "\(server)/v1/ws?access_token=\(token("s\(index)"))")!, on: loop)
         clients.append((sender, receiver))
     }
-    let run = RelayRun(clients: clients, perPair: total / pairs, window: window)
+    let run = RelayRun(clients: clients, perPair: total / pairs, window: window, rate: rate, loop: loop)
     let seconds = await withCheckedContinuation { (done: CheckedContinuation<Double, Never>) in
         loop.execute { run.start(done) }
     }
-    print(#"{"messages_per_second": \#(Int(Double(run.delivered) / seconds)), "delivered": \#(run.delivered), "seconds": \#(String(format: "%.3f", seconds)), "pairs": \#(pairs)}"#)
+    var line = #"{"messages_per_second": \#(Int(Double(run.delivered) / seconds)), "delivered": \#(run.delivered), "seconds": \#(String(format: "%.3f", seconds)), "pairs": \#(pairs)"#
+    if rate != nil {
+        let sorted = run.latencies.sorted()
+        func percentile(_ p: Double) -> UInt64 { sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
+        line += #", "rate": \#(rate!), "p50_us": \#(percentile(0.5)), "p99_us": \#(percentile(0.99)), "p999_us": \#(percentile(0.999))"#
+    }
+    print(line + "}")
     for (sender, receiver) in clients {
         sender.close()
         receiver.close()
@@ -111,16 +118,60 @@ final class RelayRun: @unchecked Sendable {
     let clients: [(sender: WebSocketClient, receiver: WebSocketClient)]
     let perPair: Int
     let window: Int
+    /// Paced mode: signals per second over all pairs, each stamped with its send time.
+    let rate: Int?
+    let loop: EventLoop
+    var latencies: [UInt64] = []
+    var prefixes: [String] = []
+    var sendersJoined = 0
+    var pacedSent = 0
     var joined = 0
     var delivered = 0
     var started = ContinuousClock.now
     var done: CheckedContinuation<Double, Never>?
     let candidate = String(repeating: "a", count: 200)
 
-    init(clients: [(sender: WebSocketClient, receiver: WebSocketClient)], perPair: Int, window: Int) {
+    init(clients: [(sender: WebSocketClient, receiver: WebSocketClient)], perPair: Int, window: Int, rate: Int?, loop: EventLoop) {
         self.clients = clients
         self.perPair = perPair
         self.window = window
+        self.rate = rate
+        self.loop = loop
+        prefixes = Array(repeating: "", count: clients.count)
+        if rate != nil { latencies.reserveCapacity(perPair * clients.count) }
+    }
+
+    static func monotonicMicros() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
+    }
+
+    /// The send time stamped in a signal's candidate, as paced mode writes it.
+    static func stamp(in text: String) -> UInt64? {
+        guard let marker = text.range(of: #""candidate":""#) else { return nil }
+        var value: UInt64 = 0
+        for byte in text[marker.upperBound...].utf8 {
+            guard byte >= 0x30 && byte <= 0x39 else { break }
+            value = value * 10 + UInt64(byte - 0x30)
+        }
+        return value
+    }
+
+    /// Paced mode: every millisecond, sends what the rate says is due, round robin over pairs.
+    private func tick() {
+        guard let rate else { return }
+        let total = perPair * clients.count
+        let elapsed = ContinuousClock.now - started
+        let micros = Double(elapsed.components.seconds) * 1e6 + Double(elapsed.components.attoseconds) / 1e12
+        let due = min(total, Int(micros * Double(rate) / 1e6))
+        while pacedSent < due {
+            let index = pacedSent % clients.count
+            let stamp = String(Self.monotonicMicros())
+            clients[index].sender.send(text: prefixes[index] + stamp + String(repeating: "a", count: 200 - stamp.count) + #""}}}"#)
+            pacedSent += 1
+        }
+        if pacedSent < total { loop.schedule(after: .milliseconds(1)) { [self] in tick() } }
     }
 
     /// Every receiver joins its room; when all have, the senders join theirs and start.
@@ -133,6 +184,7 @@ final class RelayRun: @unchecked Sendable {
                 if text.hasPrefix(#"{"type":"signal""#) {
                     received += 1
                     delivered += 1
+                    if rate != nil, let stamp = Self.stamp(in: text) { latencies.append(Self.monotonicMicros() &- stamp) }
                     if delivered == perPair * clients.count, let done = self.done {
                         self.done = nil
                         let elapsed = ContinuousClock.now - started
@@ -160,7 +212,7 @@ final class RelayRun: @unchecked Sendable {
                 guard case .text(let text) = event else { return }
                 if text.hasPrefix(#"{"type":"ok","id":1"#) {
                     // One reply: one more signal, until this pair's share is sent.
-                    if sent < perPair {
+                    if rate == nil && sent < perPair {
                         sender.send(text: frame)
                         sent += 1
                     }
@@ -169,6 +221,15 @@ final class RelayRun: @unchecked Sendable {
                         case .array(let peers)? = reply["data"]?["peers"], let to = peers.first?["peer_id"]?.stringValue
                     else { fail("sender \(index): no peer in the join reply: \(text)") }
                     frame = #"{"type":"signal","id":1,"data":{"room":"\#(room)","to":"\#(to)","signal":{"type":"candidate","candidate":"\#(candidate)"}}}"#
+                    if rate != nil {
+                        prefixes[index] = #"{"type":"signal","id":1,"data":{"room":"\#(room)","to":"\#(to)","signal":{"type":"candidate","candidate":""#
+                        sendersJoined += 1
+                        if sendersJoined == clients.count {
+                            started = .now
+                            tick()
+                        }
+                        return
+                    }
                     while sent < min(window, perPair) {
                         sender.send(text: frame)
                         sent += 1
@@ -240,6 +301,6 @@ case "idle":
     try await benchIdle(Array(arguments.dropFirst()))
 default:
     fail("usage: switchboard-bench push --url URL --ca-file PEM [--count N] [--concurrency C] [--connections K]\n"
-        + "       switchboard-bench relay --server ws://HOST:PORT --api-key K --api-secret S [--pairs N] [--messages M] [--window W]\n"
+        + "       switchboard-bench relay --server ws://HOST:PORT --api-key K --api-secret S [--pairs N] [--messages M] [--window W | --rate PER_SECOND]\n"
         + "       switchboard-bench idle --server ws://HOST:PORT --api-key K --api-secret S [--connections N] [--parallel P] [--hold SECONDS]")
 }
