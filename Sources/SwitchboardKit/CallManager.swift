@@ -283,7 +283,9 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                 while ContinuousClock.now < deadline {
                     do {
                         try await client.connect()
-                        try await client.request(MessageType.callAnswer, encoding: CallActionRequest(callID: callID))
+                        // The answer action must end by the deadline, whatever the network does.
+                        try await client.request(
+                            MessageType.callAnswer, encoding: CallActionRequest(callID: callID), timeout: deadline - ContinuousClock.now)
                         calls.withLock { $0[id]?.phase = .active }
                         completion.fulfill()
                         sink.yield(.connected(id))

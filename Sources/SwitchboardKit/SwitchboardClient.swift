@@ -152,15 +152,16 @@ public actor SwitchboardClient {
         connection?.close(code: 4000)
     }
 
-    /// Sends a request and waits for its reply's data.
+    /// Sends a request and waits for its reply's data, at most `timeout` (default:
+    /// `Options.requestTimeout`); then it throws `SwitchboardError.timeout`.
     @discardableResult
-    public func request(_ type: String, _ data: JSONValue? = nil) async throws -> JSONValue? {
+    public func request(_ type: String, _ data: JSONValue? = nil, timeout: Duration? = nil) async throws -> JSONValue? {
         guard let connection else { throw SwitchboardError.notConnected }
         let id = nextRequestID
         nextRequestID += 1
         let envelope = Envelope(type: type, id: .int(Int64(id)), data: data)
         let text = String(decoding: try JSONEncoder().encode(envelope), as: UTF8.self)
-        let timeout = options.requestTimeout
+        let timeout = timeout ?? options.requestTimeout
         return try await withCheckedThrowingContinuation { continuation in
             pending[id] = continuation
             connection.send(text)
@@ -173,9 +174,9 @@ public actor SwitchboardClient {
 
     /// Sends a request with `data` built from an encodable value.
     @discardableResult
-    public func request(_ type: String, encoding value: some Encodable & Sendable) async throws -> JSONValue? {
+    public func request(_ type: String, encoding value: some Encodable & Sendable, timeout: Duration? = nil) async throws -> JSONValue? {
         let data = try JSONDecoder().decode(JSONValue.self, from: JSONEncoder().encode(value))
-        return try await request(type, data)
+        return try await request(type, data, timeout: timeout)
     }
 
     private func expire(_ id: Int) {
