@@ -23,6 +23,17 @@ wait_for() {  # wait_for FILE PATTERN
 }
 
 
+start_switchboard() {  # start_switchboard DATA_DIR [SERVE_ARGS...]: a fresh app and server on core 0
+  local data=$1; shift
+  "$bin/switchboard" app create --name Bench --bundle-id com.example.bench --data-dir "$data" >"$out/app.json"
+  key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key"])' "$out/app.json")
+  secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_secret"])' "$out/app.json")
+  taskset -c 0 "$bin/switchboard" serve --port 0 --data-dir "$data" "$@" >"$out/serve.out" 2>"$out/serve.err" &
+  server=$!
+  wait_for "$out/serve.err" "msg=listening"
+  port=$(sed -n 's/.*msg=listening .*port=\([0-9]*\).*/\1/p' "$out/serve.err" | head -1)
+}
+
 # ---- Push: VoIP pushes per second over one HTTP/2 connection, 40 ms added latency ----
 if want push; then
 taskset -c 0 "$bin/switchboard" apns-sandbox --port 0 --admin-port 0 --accept-any-key --dir "$out/sandbox" \
@@ -121,15 +132,7 @@ PY
 
 for run in $(seq 1 "$runs"); do
   # Switchboard, a fresh store each run.
-  data="$out/relay-$run"
-  "$bin/switchboard" app create --name Bench --bundle-id com.example.bench --data-dir "$data" >"$out/app.json"
-  key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key"])' "$out/app.json")
-  secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_secret"])' "$out/app.json")
-  taskset -c 0 "$bin/switchboard" serve --port 0 --data-dir "$data" \
-    --messages-per-second 100000 --message-burst 100000 >"$out/serve.out" 2>"$out/serve.err" &
-  server=$!
-  wait_for "$out/serve.err" "msg=listening"
-  port=$(sed -n 's/.*msg=listening .*port=\([0-9]*\).*/\1/p' "$out/serve.err" | head -1)
+  start_switchboard "$out/relay-$run" --messages-per-second 100000 --message-burst 100000
   relay_run switchboard "$server" "ws://127.0.0.1:$port" "$key" "$secret"
   kill "$server"; wait "$server" 2>/dev/null || true
 
@@ -239,14 +242,7 @@ PY
 }
 
 for run in $(seq 1 "$runs"); do
-  data="$out/idle-$run"
-  "$bin/switchboard" app create --name Bench --bundle-id com.example.bench --data-dir "$data" >"$out/app.json"
-  key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key"])' "$out/app.json")
-  secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_secret"])' "$out/app.json")
-  taskset -c 0 "$bin/switchboard" serve --port 0 --data-dir "$data" >"$out/serve.out" 2>"$out/serve.err" &
-  server=$!
-  wait_for "$out/serve.err" "msg=listening"
-  port=$(sed -n 's/.*msg=listening .*port=\([0-9]*\).*/\1/p' "$out/serve.err" | head -1)
+  start_switchboard "$out/idle-$run"
   idle_run switchboard "$server" "ws://127.0.0.1:$port" "$key" "$secret"
   kill "$server"; wait "$server" 2>/dev/null || true
 

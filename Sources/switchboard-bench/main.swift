@@ -178,11 +178,9 @@ final class RelayRun: @unchecked Sendable {
     func start(_ done: CheckedContinuation<Double, Never>) {
         self.done = done
         for (index, pair) in clients.enumerated() {
-            var received = 0
             pair.receiver.handleEventsOnLoop { [self] event in
                 guard case .text(let text) = event else { return }
                 if text.hasPrefix(#"{"type":"signal""#) {
-                    received += 1
                     delivered += 1
                     if rate != nil, let stamp = Self.stamp(in: text) { latencies.append(Self.monotonicMicros() &- stamp) }
                     if delivered == perPair * clients.count, let done = self.done {
