@@ -211,6 +211,86 @@ PY
 python3 bench/section.py "## Relay:" <"$out/relay.md"
 fi
 
+# ---- Latency: paced signals at half the saturation rate with 10,000 idle connections open ----
+if want latency; then
+idle="${IDLE_CONNECTIONS:-10000}"
+# Half of Switchboard's saturation throughput measured above, or LATENCY_RATE.
+if [ -z "${LATENCY_RATE:-}" ] && [ -s "$out/relay.jsonl" ]; then
+  LATENCY_RATE=$(python3 -c 'import json,statistics,sys; rows=[json.loads(l) for l in open(sys.argv[1])]; print(int(statistics.median(r["messages_per_second"] for r in rows if r["name"]=="switchboard")/2))' "$out/relay.jsonl")
+fi
+rate="${LATENCY_RATE:-17000}"
+seconds="${LATENCY_SECONDS:-20}"
+pairs="${RELAY_PAIRS:-50}"
+ulimit -n "$(ulimit -Hn)"
+
+latency_run() {  # latency_run NAME PID URL KEY SECRET: idle connections, then the paced relay, both on core 1
+  local name=$1 pid=$2 url=$3 key=$4 secret=$5
+  taskset -c 1 "$bin/switchboard-bench" idle --server "$url" --api-key "$key" --api-secret "$secret" \
+    --connections "$idle" --hold 3600 >"$out/idle.out" &
+  local generator=$!
+  for _ in $(seq 1 1200); do grep -q '"connected"' "$out/idle.out" 2>/dev/null && break; sleep 0.1; done
+  local start_ticks; start_ticks=$(cpu_ticks "$pid")
+  taskset -c 1 "$bin/switchboard-bench" relay --server "$url" --api-key "$key" --api-secret "$secret" \
+    --pairs "$pairs" --messages $((rate * seconds)) --rate "$rate" >"$out/result"
+  local end_ticks; end_ticks=$(cpu_ticks "$pid")
+  kill "$generator"; wait "$generator" 2>/dev/null || true
+  python3 - "$name" "$out/result" "$((end_ticks - start_ticks))" >>"$out/latency.jsonl" <<'PY'
+import json, sys
+name, path, ticks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+result = json.loads(open(path).read().strip().splitlines()[-1])
+result.update(name=name, server_cpu_seconds=ticks / 100)
+print(json.dumps(result))
+PY
+}
+
+for run in $(seq 1 "$runs"); do
+  start_switchboard "$out/latency-$run" --messages-per-second 100000 --message-burst 100000
+  latency_run switchboard "$server" "ws://127.0.0.1:$port" "$key" "$secret"
+  kill "$server"; wait "$server" 2>/dev/null || true
+
+  taskset -c 0 "$venv/bin/python" bench/websockets_relay.py --port 18394 >"$out/py.out" 2>&1 &
+  server=$!
+  wait_for "$out/py.out" listening
+  latency_run websockets "$server" "ws://127.0.0.1:18394" none none
+  kill "$server"; wait "$server" 2>/dev/null || true
+done
+cat "$out/latency.jsonl"
+
+python3 - "$out/latency.jsonl" "$runs" "$idle" "$rate" "$pairs" >"$out/latency.md" <<'PY'
+import datetime, json, os, platform, statistics, subprocess, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+runs, idle, rate, pairs = sys.argv[2:6]
+def median(name, key):
+    return statistics.median(r[key] for r in rows if r["name"] == name)
+def ms(name, key):
+    return f"{median(name, key) / 1000:.2f}"
+def share(name):
+    return statistics.median(r["server_cpu_seconds"] / r["seconds"] for r in rows if r["name"] == name)
+cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+section = f"""## Latency: signals at half load with {int(idle):,} idle connections
+
+Measured {datetime.date.today().isoformat()} on {os.cpu_count()} × {cpu_model}, Linux {platform.release()}, {swift}.
+{int(idle):,} authenticated idle WebSockets held open (`switchboard-bench idle`), then {pairs} pairs
+send {int(rate):,} signals/s in total (`switchboard-bench relay --rate`: every 200 µs the
+signals due, round robin, each stamped with its send time; latency is send to delivery at the
+receiving client). {int(rate):,}/s is half of Switchboard's saturation throughput. Both
+generators run on core 1, the server on core 0. Medians of {runs} runs.
+
+| server | p50 ms | p99 ms | p99.9 ms | server CPU |
+|---|---|---|---|---|
+| Switchboard | **{ms('switchboard', 'p50_us')}** | **{ms('switchboard', 'p99_us')}** | {ms('switchboard', 'p999_us')} | {share('switchboard'):.0%} |
+| Python `websockets` 15 relay, reference | {ms('websockets', 'p50_us')} | {ms('websockets', 'p99_us')} | {ms('websockets', 'p999_us')} | {share('websockets'):.0%} |
+
+Target: p99 ≤ 2 ms. The figures include both generators' scheduling on the one load core (the
+idle generator answers the server's keepalive pings there), so they bound the server's share
+from above.
+"""
+print(section)
+PY
+python3 bench/section.py "## Latency:" <"$out/latency.md"
+fi
+
 # ---- Idle connections: memory per authenticated WebSocket, connect rate, keepalive CPU ----
 if want idle; then
 idle="${IDLE_CONNECTIONS:-10000}"

@@ -1,4 +1,5 @@
 #include <libwebsockets.h>
+#include <ev.h>
 
 /* Macro expressions Swift cannot import. */
 static const size_t sb_lws_pre = LWS_PRE;
@@ -6,4 +7,49 @@ static const uint64_t sb_lws_option_validate_utf8 = LWS_SERVER_OPTION_VALIDATE_U
 static const uint64_t sb_lws_option_disable_ipv6 = LWS_SERVER_OPTION_DISABLE_IPV6;
 static const uint64_t sb_lws_option_do_ssl_global_init = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
 static const uint64_t sb_lws_option_explicit_vhosts = LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+static const uint64_t sb_lws_option_libev = LWS_SERVER_OPTION_LIBEV;
 static const int sb_lws_context_port_no_listen = CONTEXT_PORT_NO_LISTEN;
+
+/* The event loop under a context: libev on epoll (libwebsockets' own loop is poll(), whose
+   cost grows with every open connection). The loop's owner runs it one iteration at a time. */
+static inline void *sb_ev_loop_new(void) {
+    return ev_loop_new(EVBACKEND_EPOLL | EVFLAG_NOENV);
+}
+static inline void sb_ev_run_once(void *loop) { ev_run((struct ev_loop *)loop, EVRUN_ONCE); }
+static inline void sb_ev_run_nowait(void *loop) { ev_run((struct ev_loop *)loop, EVRUN_NOWAIT); }
+static inline void sb_ev_loop_destroy(void *loop) { ev_loop_destroy((struct ev_loop *)loop); }
+
+/* One timer on the loop for the owner's timer heap (libwebsockets' own timers are re-armed on
+   libev only after I/O, so a deadline set from elsewhere could wait for the next event). */
+typedef void (*sb_ev_timer_fn)(void *context);
+struct sb_ev_timer {
+    ev_timer watcher;
+    sb_ev_timer_fn fn;
+    void *context;
+};
+static void sb_ev_timer_fired(struct ev_loop *loop, ev_timer *watcher, int revents) {
+    (void)loop; (void)revents;
+    struct sb_ev_timer *timer = (struct sb_ev_timer *)watcher;
+    timer->fn(timer->context);
+}
+static inline void *sb_ev_timer_new(sb_ev_timer_fn fn, void *context) {
+    struct sb_ev_timer *timer = calloc(1, sizeof *timer);
+    if (!timer) return NULL;
+    ev_timer_init(&timer->watcher, sb_ev_timer_fired, 0, 0);
+    timer->fn = fn;
+    timer->context = context;
+    return timer;
+}
+/* Fires once, `seconds` from now (the loop's clock is refreshed first). */
+static inline void sb_ev_timer_arm(void *loop, void *timer, double seconds) {
+    struct ev_loop *l = (struct ev_loop *)loop;
+    struct sb_ev_timer *t = (struct sb_ev_timer *)timer;
+    ev_timer_stop(l, &t->watcher);
+    ev_now_update(l);
+    ev_timer_set(&t->watcher, seconds, 0);
+    ev_timer_start(l, &t->watcher);
+}
+static inline void sb_ev_timer_free(void *loop, void *timer) {
+    ev_timer_stop((struct ev_loop *)loop, &((struct sb_ev_timer *)timer)->watcher);
+    free(timer);
+}

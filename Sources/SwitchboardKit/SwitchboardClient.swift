@@ -95,6 +95,8 @@ public actor SwitchboardClient {
     private var wanted = false
     private var reconnecting = false
     private var tasks: [Task<Void, Never>] = []
+    /// The connection attempt in progress, which concurrent `connect()` calls wait for.
+    private var connecting: Task<Void, any Error>?
     private var lastReceived = ContinuousClock.now
     /// The peer id of the current session.
     public private(set) var peerID: String?
@@ -131,9 +133,17 @@ public actor SwitchboardClient {
     /// Calling it while connected does nothing.
     public func connect() async throws {
         guard connection == nil, !reconnecting else { return }
+        // Callers racing to connect (a push's reconciliation and the user's answer) share one
+        // attempt: the actor lets a second caller in while the first awaits the network.
+        if let connecting { return try await connecting.value }
         wanted = true
-        try await open(resume: false)
-        startPinging()
+        let attempt = Task {
+            try await open(resume: false)
+            startPinging()
+        }
+        connecting = attempt
+        defer { connecting = nil }
+        try await attempt.value
     }
 
     /// Closes the session cleanly (the server ends it at once).
@@ -166,7 +176,8 @@ public actor SwitchboardClient {
             pending[id] = continuation
             connection.send(text)
             tasks.append(Task { [weak self] in
-                try? await Task.sleep(for: timeout)
+                // Cancelled means disconnected, which fails every pending request itself.
+                guard (try? await Task.sleep(for: timeout)) != nil else { return }
                 await self?.expire(id)
             })
         }

@@ -7,7 +7,11 @@ import Synchronization
 
 // MARK: - Event loop
 
-/// One libwebsockets context serviced by one thread of its own.
+/// One libwebsockets context serviced by one thread of its own, on a libev loop (epoll).
+///
+/// libwebsockets' built-in loop calls poll() over every open connection on each wakeup, so its
+/// cost per message grows with the number of idle connections (measured: 10,000 idle sockets
+/// cut relay throughput by two thirds). With libev on epoll a wakeup costs what is ready.
 ///
 /// Work from other threads reaches the loop through `execute(_:)`; timers run on it through
 /// `schedule(after:_:)`. Everything marked "loop thread only" must be called from code that
@@ -27,7 +31,9 @@ public final class EventLoop: @unchecked Sendable {
     private let hostName: UnsafeMutablePointer<CChar>?
     private var ownedStrings: [UnsafeMutablePointer<CChar>] = []
     private let retryPolicy: UnsafeMutablePointer<lws_retry_bo_t>
-    private let timerSlot: UnsafeMutableRawPointer
+    private var timer: UnsafeMutableRawPointer?
+    private let evLoop: UnsafeMutableRawPointer
+    private let foreignLoops: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     private var timers = TimerHeap()
     private var timerArmedAt: UInt64 = .max
 
@@ -54,20 +60,21 @@ public final class EventLoop: @unchecked Sendable {
         protocols[1].rx_buffer_size = 16 * 1024
         retryPolicy = .allocate(capacity: 1)
         retryPolicy.initialize(to: lws_retry_bo_t())
-        timerSlot = .allocate(
-            byteCount: MemoryLayout<lws_sorted_usec_list_t>.stride + MemoryLayout<UnsafeRawPointer>.stride,
-            alignment: 16)
-        timerSlot.initializeMemory(
-            as: UInt8.self, repeating: 0,
-            count: MemoryLayout<lws_sorted_usec_list_t>.stride + MemoryLayout<UnsafeRawPointer>.stride)
         hostName = listen.map { strdup($0.host)! }
         self.server = server
+        guard let evLoop = sb_ev_loop_new() else {
+            throw SystemError.listenFailed(host: listen?.host ?? "-", port: listen?.port ?? 0)
+        }
+        self.evLoop = evLoop
+        foreignLoops = .allocate(capacity: 1)
+        foreignLoops.initialize(to: evLoop)
 
         lws_set_log_level(Int32(LLL_ERR), lwsLogEmitter)
         var info = lws_context_creation_info()
         info.protocols = UnsafePointer(protocols)
         info.user = Unmanaged.passUnretained(self).toOpaque()
-        info.options = sb_lws_option_disable_ipv6
+        info.options = sb_lws_option_disable_ipv6 | sb_lws_option_libev
+        info.foreign_loops = foreignLoops
         if let listen {
             info.port = Int32(listen.port)
             info.iface = UnsafePointer(hostName)
@@ -97,13 +104,13 @@ public final class EventLoop: @unchecked Sendable {
             retryPolicy.pointee.secs_since_valid_ping = 3600
             retryPolicy.pointee.secs_since_valid_hangup = 7200
         }
-        timerSlot.storeBytes(
-            of: Unmanaged.passUnretained(self).toOpaque(),
-            toByteOffset: MemoryLayout<lws_sorted_usec_list_t>.stride, as: UnsafeMutableRawPointer.self)
         guard let context = lws_create_context(&info) else {
+            sb_ev_loop_destroy(evLoop)
+            foreignLoops.deallocate()
             throw SystemError.listenFailed(host: listen?.host ?? "-", port: listen?.port ?? 0)
         }
         self.context = context
+        timer = sb_ev_timer_new(timerFired, Unmanaged.passUnretained(self).toOpaque())
         if listen != nil, let vhost = lws_get_vhost_by_name(context, "default") {
             port = Int(lws_get_vhost_listen_port(vhost))
         }
@@ -126,16 +133,19 @@ public final class EventLoop: @unchecked Sendable {
         if let hostName { free(hostName) }
         ownedStrings.forEach { free($0) }
         retryPolicy.deallocate()
-        timerSlot.deallocate()
+        foreignLoops.deallocate()
     }
 
     private func run() {
         loopThreadID.withLock { $0 = pthread_self() }
         while !stopRequested.load(ordering: .acquiring) {
-            lws_service(context, 0)
+            sb_ev_run_once(evLoop)
         }
         drainPending()
         lws_context_destroy(context)
+        sb_ev_run_nowait(evLoop)
+        if let timer { sb_ev_timer_free(evLoop, timer) }
+        sb_ev_loop_destroy(evLoop)
         clients.removeAll()
         finished.signal()
     }
@@ -197,9 +207,7 @@ public final class EventLoop: @unchecked Sendable {
         timerArmedAt = next
         let now = Self.nowMicros()
         let wait = next > now ? next - now : 0
-        lws_sul_schedule(
-            context, 0, timerSlot.assumingMemoryBound(to: lws_sorted_usec_list_t.self),
-            timerFired, lws_usec_t(wait))
+        sb_ev_timer_arm(evLoop, timer, Double(wait) / 1e6)
     }
 
     fileprivate func fireTimers() {
@@ -207,6 +215,9 @@ public final class EventLoop: @unchecked Sendable {
         let now = Self.nowMicros()
         while let body = timers.popDue(now: now) { body() }
         armTimer()
+        // On libev, libwebsockets re-arms its own timers (connection timeouts, kills set with
+        // lws_set_timeout) only after servicing I/O; a timer body is not I/O, so wake it once.
+        lws_cancel_service(context)
     }
 
     static func nowMicros() -> UInt64 {
@@ -226,11 +237,9 @@ public final class EventLoop: @unchecked Sendable {
     }
 }
 
-private func timerFired(_ sul: UnsafeMutablePointer<lws_sorted_usec_list_t>?) {
-    guard let sul else { return }
-    let raw = UnsafeRawPointer(sul).load(
-        fromByteOffset: MemoryLayout<lws_sorted_usec_list_t>.stride, as: UnsafeMutableRawPointer.self)
-    Unmanaged<EventLoop>.fromOpaque(raw).takeUnretainedValue().fireTimers()
+private func timerFired(_ loop: UnsafeMutableRawPointer?) {
+    guard let loop else { return }
+    Unmanaged<EventLoop>.fromOpaque(loop).takeUnretainedValue().fireTimers()
 }
 
 private func lwsLogEmitter(_ level: Int32, _ line: UnsafePointer<CChar>?) {
@@ -569,6 +578,8 @@ public final class HTTPServer: @unchecked Sendable {
         var lastHeard: UInt64 = 0
         var pingDue = false
         var pingOutstanding = false
+        /// Its place in `HTTPServer.sweepList` while it is a WebSocket, else nil.
+        var sweepIndex: Int?
 
         init(id: ConnectionID, wsi: OpaquePointer) {
             self.id = id
@@ -582,6 +593,15 @@ public final class HTTPServer: @unchecked Sendable {
     }
 
     private var keepaliveSweepStarted = false
+    /// The WebSocket connections in the order the sweep visits them.
+    private var sweepList: [Connection] = []
+    private var sweepCursor = 0
+
+    /// Sweeps per keepalive period: each visits its share of the connections, so pings to a
+    /// crowd that connected together go out spread over the period, not in one burst that
+    /// delays every other frame (measured at 10,000 connections: p99 relay latency 8.9 ms with
+    /// one pass per second; the pings of one slice cost about 2 ms of writes at 500 connections).
+    private static let sweepSlices = 100
 
     /// A quarter of the ping interval, at most a second: a ping goes out at most that late.
     private var keepaliveSweepPeriod: Duration {
@@ -591,17 +611,39 @@ public final class HTTPServer: @unchecked Sendable {
     private func startKeepaliveSweep() {
         guard !keepaliveSweepStarted else { return }
         keepaliveSweepStarted = true
-        loop.schedule(after: keepaliveSweepPeriod) { [weak self] in self?.sweepKeepalive() }
+        loop.schedule(after: keepaliveSweepPeriod / Self.sweepSlices) { [weak self] in self?.sweepKeepalive() }
     }
 
-    /// Every sweep period: pings each WebSocket silent for `pingIntervalSeconds` (one ping
-    /// until it hears back) and drops each that stayed silent for `idleTimeoutSeconds` with
-    /// a ping unanswered. One pass over the connections per period, whatever their number.
+    private func addToSweep(_ conn: Connection) {
+        guard conn.sweepIndex == nil else { return }
+        conn.sweepIndex = sweepList.count
+        sweepList.append(conn)
+    }
+
+    private func removeFromSweep(_ conn: Connection) {
+        guard let index = conn.sweepIndex else { return }
+        conn.sweepIndex = nil
+        let last = sweepList.removeLast()
+        if index < sweepList.count {
+            sweepList[index] = last
+            last.sweepIndex = index
+        }
+    }
+
+    /// Every sweep period, in `sweepSlices` steps: pings each WebSocket silent for
+    /// `pingIntervalSeconds` (one ping until it hears back) and drops each that stayed silent
+    /// for `idleTimeoutSeconds` with a ping unanswered. One visit per connection per period.
     private func sweepKeepalive() {
         let now = EventLoop.nowMicros()
         let pingAfter = UInt64(max(1, options.pingIntervalSeconds)) * 1_000_000
         let dropAfter = UInt64(max(1, options.idleTimeoutSeconds)) * 1_000_000
-        for conn in connections.values where conn.isWebSocket {
+        let slice = (sweepList.count + Self.sweepSlices - 1) / Self.sweepSlices
+        var visited = 0
+        while visited < slice && !sweepList.isEmpty {
+            if sweepCursor >= sweepList.count { sweepCursor = 0 }
+            let conn = sweepList[sweepCursor]
+            sweepCursor += 1
+            visited += 1
             let silence = now &- conn.lastHeard
             if silence >= dropAfter && conn.pingOutstanding {
                 conn.closeReason = .lost
@@ -612,7 +654,7 @@ public final class HTTPServer: @unchecked Sendable {
                 lws_callback_on_writable(conn.wsi)
             }
         }
-        loop.schedule(after: keepaliveSweepPeriod) { [weak self] in self?.sweepKeepalive() }
+        loop.schedule(after: keepaliveSweepPeriod / Self.sweepSlices) { [weak self] in self?.sweepKeepalive() }
     }
 
     private func connection(for wsi: OpaquePointer) -> Connection {
@@ -633,6 +675,7 @@ public final class HTTPServer: @unchecked Sendable {
         let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi)))
         guard let conn = connectionsByWSI.removeValue(forKey: key) else { return }
         connections.removeValue(forKey: conn.id)
+        removeFromSweep(conn)
         if conn.isWebSocket {
             conn.isWebSocket = false
             handler?.webSocketClosed(conn.id, reason: conn.closeReason ?? .lost)
@@ -719,6 +762,7 @@ public final class HTTPServer: @unchecked Sendable {
             let conn = connection(for: wsi)
             conn.isWebSocket = true
             conn.lastHeard = EventLoop.nowMicros()
+            addToSweep(conn)
             startKeepaliveSweep()
             handler?.webSocketOpened(conn.id, tag: conn.tag)
             return 0

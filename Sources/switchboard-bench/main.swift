@@ -130,6 +130,8 @@ final class RelayRun: @unchecked Sendable {
     var started = ContinuousClock.now
     var done: CheckedContinuation<Double, Never>?
     let candidate = String(repeating: "a", count: 200)
+    /// Rooms of this run only (a previous run's peers stay resumable in theirs for a while).
+    let roomPrefix = "bench-\(UInt32.random(in: 0...UInt32.max))-"
 
     init(clients: [(sender: WebSocketClient, receiver: WebSocketClient)], perPair: Int, window: Int, rate: Int?, loop: EventLoop) {
         self.clients = clients
@@ -158,7 +160,7 @@ final class RelayRun: @unchecked Sendable {
         return value
     }
 
-    /// Paced mode: every millisecond, sends what the rate says is due, round robin over pairs.
+    /// Paced mode: every 200 µs, sends what the rate says is due, round robin over pairs.
     private func tick() {
         guard let rate else { return }
         let total = perPair * clients.count
@@ -171,7 +173,7 @@ final class RelayRun: @unchecked Sendable {
             clients[index].sender.send(text: prefixes[index] + stamp + String(repeating: "a", count: 200 - stamp.count) + #""}}}"#)
             pacedSent += 1
         }
-        if pacedSent < total { loop.schedule(after: .milliseconds(1)) { [self] in tick() } }
+        if pacedSent < total { loop.schedule(after: .microseconds(200)) { [self] in tick() } }
     }
 
     /// Every receiver joins its room; when all have, the senders join theirs and start.
@@ -195,14 +197,14 @@ final class RelayRun: @unchecked Sendable {
                     fail("receiver \(index): \(text)")
                 }
             }
-            pair.receiver.send(text: #"{"type":"room.join","id":1,"data":{"room":"bench-\#(index)"}}"#)
+            pair.receiver.send(text: #"{"type":"room.join","id":1,"data":{"room":"\#(roomPrefix)\#(index)"}}"#)
         }
     }
 
     private func startSenders() {
         started = .now
         for (index, pair) in clients.enumerated() {
-            let room = "bench-\(index)"
+            let room = "\(roomPrefix)\(index)"
             var frame = ""
             var sent = 0
             let sender = pair.sender
