@@ -114,13 +114,20 @@ public struct HTTP2Request: Sendable {
     public var headers: [(String, String)]
     public var body: [UInt8]
     public var timeout: Duration
+    /// Called on the sender's thread when the request joins its connection (it is written in
+    /// the same turn of the sender's loop).
+    public var onSubmitted: (@Sendable () -> Void)?
 
-    public init(method: String = "POST", url: String, headers: [(String, String)] = [], body: [UInt8] = [], timeout: Duration = .seconds(10)) {
+    public init(
+        method: String = "POST", url: String, headers: [(String, String)] = [], body: [UInt8] = [], timeout: Duration = .seconds(10),
+        onSubmitted: (@Sendable () -> Void)? = nil
+    ) {
         self.method = method
         self.url = url
         self.headers = headers
         self.body = body
         self.timeout = timeout
+        self.onSubmitted = onSubmitted
     }
 }
 
@@ -321,6 +328,7 @@ public final class HTTP2Client: @unchecked Sendable {
         handles.insert(easy)
         active.add(1, ordering: .relaxed)
         curl_multi_add_handle(multi, easy)
+        request.onSubmitted?()
     }
 
     private func collectFinished() {

@@ -105,8 +105,7 @@ public final class EventLoop: @unchecked Sendable {
             retryPolicy.pointee.secs_since_valid_hangup = 7200
         }
         guard let context = lws_create_context(&info) else {
-            sb_ev_loop_destroy(evLoop)
-            foreignLoops.deallocate()
+            sb_ev_loop_destroy(evLoop)  // the rest is freed by deinit
             throw SystemError.listenFailed(host: listen?.host ?? "-", port: listen?.port ?? 0)
         }
         self.context = context

@@ -4,6 +4,14 @@
 //
 // Sends N VoIP pushes with at most C in flight over K HTTP/2 connections and prints one JSON
 // line: {"pushes_per_second": …, "count": …, "seconds": …, "failures": …, "connections": …}.
+//
+//   switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S --rate PER_SECOND --seconds N [--callers C] [--callees D]
+//
+// Registers D callees, each with an iOS device and a VoIP token, then C callers start calls at
+// the given rate (round robin over callees, each rings until the run ends). Prints one JSON line:
+// {"calls_per_second": …, "created": …, "failed": …, "reply_p50_us": …, "reply_p99_us": …}.
+//
+//   switchboard-bench relay … | idle … | churn …   (see each function below)
 
 import Foundation
 import Synchronization
@@ -291,6 +299,164 @@ func benchIdle(_ arguments: [String]) async throws {
     loop.stop()
 }
 
+
+/// Call setup: callers on one loop start calls at a steady rate; each call rings one callee's
+/// registered iPhone (a VoIP push to the APNs the server is configured with).
+func benchCalls(_ arguments: [String]) async throws {
+    guard let server = option("server", in: arguments), let apiKey = option("api-key", in: arguments),
+        let secret = option("api-secret", in: arguments)
+    else { fail("--server, --api-key and --api-secret are required") }
+    let rate = Int(option("rate", in: arguments) ?? "500") ?? 500
+    let seconds = Int(option("seconds", in: arguments) ?? "20") ?? 20
+    let callerCount = Int(option("callers", in: arguments) ?? "50") ?? 50
+    let calleeCount = Int(option("callees", in: arguments) ?? "500") ?? 500
+    func token(_ identity: String) -> String {
+        let claims = AccessTokenIssuer.claims(
+            apiKey: apiKey, identity: identity, name: nil, grants: SwitchboardProtocol.Grants(call: true), ttlSeconds: 3600)
+        return AccessTokenVerifier.sign(claims, secret: secret)
+    }
+    let http = server.replacingOccurrences(of: "ws://", with: "http://")
+    let run = UInt32.random(in: 0...UInt32.max)
+    let callees = (0..<calleeCount).map { "callee-\(run)-\($0)" }
+    for (index, callee) in callees.enumerated() {
+        let body = #"{"platform":"ios","voip_token":"\#(String(format: "%056x%08x", UInt64(run), index))","environment":"sandbox","callkit_enabled":true}"#
+        let response = try HTTPClient.perform(
+            "PUT", "\(http)/v1/devices/phone-\(index)", headers: [("authorization", "Bearer \(token(callee))"), ("content-type", "application/json")],
+            body: Array(body.utf8))
+        guard response.status == 200 || response.status == 201 else { fail("device registration: HTTP \(response.status)") }
+    }
+    let loop = try EventLoop(name: "bench-calls")
+    var callers: [WebSocketClient] = []
+    for index in 0..<callerCount {
+        callers.append(try await WebSocketClient.connect(to: URL(string: "\(server)/v1/ws?access_token=\(token("caller-\(run)-\(index)"))")!, on: loop))
+    }
+    let calls = CallRun(callers: callers, callees: callees, rate: rate, total: rate * seconds, loop: loop)
+    let elapsed = await withCheckedContinuation { (done: CheckedContinuation<Double, Never>) in
+        loop.execute { calls.start(done) }
+    }
+    let sorted = calls.replyLatencies.sorted()
+    func percentile(_ p: Double) -> UInt64 { sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
+    print(#"{"calls_per_second": \#(Int(Double(calls.created) / elapsed)), "created": \#(calls.created), "failed": \#(calls.failed), "seconds": \#(String(format: "%.3f", elapsed)), "rate": \#(rate), "reply_p50_us": \#(percentile(0.5)), "reply_p99_us": \#(percentile(0.99))}"#)
+    if let first = calls.firstError { FileHandle.standardError.write(Data("first error: \(first)\n".utf8)) }
+    for caller in callers { caller.close() }
+    loop.stop()
+}
+
+/// The state of a call-setup run, confined to the loop thread.
+final class CallRun: @unchecked Sendable {
+    // Safety: every method runs on the event loop thread (start through execute, the rest from
+    // timers and the callers' event handlers).
+    let callers: [WebSocketClient]
+    let callees: [String]
+    let rate: Int
+    let total: Int
+    let loop: EventLoop
+    var sent = 0
+    var created = 0
+    var failed = 0
+    var firstError: String?
+    var sentAt: [UInt64]
+    var replyLatencies: [UInt64] = []
+    var started = ContinuousClock.now
+    var done: CheckedContinuation<Double, Never>?
+
+    init(callers: [WebSocketClient], callees: [String], rate: Int, total: Int, loop: EventLoop) {
+        self.callers = callers
+        self.callees = callees
+        self.rate = rate
+        self.total = total
+        self.loop = loop
+        sentAt = Array(repeating: 0, count: total)
+        replyLatencies.reserveCapacity(total)
+    }
+
+    func start(_ done: CheckedContinuation<Double, Never>) {
+        self.done = done
+        for caller in callers {
+            caller.handleEventsOnLoop { [self] event in
+                guard case .text(let text) = event else { return }
+                guard text.hasPrefix(#"{"type":"ok","id":"#) || text.hasPrefix(#"{"type":"error""#) else { return }
+                guard let reply = try? JSONDecoder().decode(SwitchboardProtocol.JSONValue.self, from: Data(text.utf8)),
+                    case .int(let id)? = reply["id"], id >= 0, Int(id) < total
+                else { return }
+                if text.hasPrefix(#"{"type":"ok""#) {
+                    created += 1
+                    replyLatencies.append(RelayRun.monotonicMicros() &- sentAt[Int(id)])
+                } else {
+                    failed += 1
+                    if firstError == nil { firstError = text }
+                }
+                if created + failed == total, let done = self.done {
+                    self.done = nil
+                    let elapsed = ContinuousClock.now - started
+                    done.resume(returning: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+                }
+            }
+        }
+        started = .now
+        tick()
+    }
+
+    /// Every millisecond: the calls the rate says are due, round robin over callers and callees.
+    private func tick() {
+        let elapsed = ContinuousClock.now - started
+        let micros = Double(elapsed.components.seconds) * 1e6 + Double(elapsed.components.attoseconds) / 1e12
+        let due = min(total, Int(micros * Double(rate) / 1e6))
+        while sent < due {
+            let callee = callees[sent % callees.count]
+            sentAt[sent] = RelayRun.monotonicMicros()
+            callers[sent % callers.count].send(
+                text: #"{"type":"call.create","id":\#(sent),"data":{"callees":["\#(callee)"],"ring_timeout_seconds":120}}"#)
+            sent += 1
+        }
+        if sent < total { loop.schedule(after: .milliseconds(1)) { [self] in tick() } }
+    }
+}
+
+/// Churn: `parallel` workers each connect an authenticated WebSocket (a fresh JWT each time),
+/// close it, wait for the close to finish, and go again, for `seconds`. Prints connects/s.
+func benchChurn(_ arguments: [String]) async throws {
+    guard let server = option("server", in: arguments), let apiKey = option("api-key", in: arguments),
+        let secret = option("api-secret", in: arguments)
+    else { fail("--server, --api-key and --api-secret are required") }
+    let seconds = Int(option("seconds", in: arguments) ?? "60") ?? 60
+    let parallel = Int(option("parallel", in: arguments) ?? "64") ?? 64
+    let loop = try EventLoop(name: "bench-churn")
+    let started = ContinuousClock.now
+    let deadline = started + .seconds(seconds)
+    final class Counts: Sendable {
+        let connected = Atomic<Int>(0)
+        let failed = Atomic<Int>(0)
+    }
+    let counts = Counts()
+    await withTaskGroup(of: Void.self) { group in
+        for worker in 0..<parallel {
+            group.addTask {
+                var round = 0
+                while ContinuousClock.now < deadline {
+                    round += 1
+                    let claims = AccessTokenIssuer.claims(
+                        apiKey: apiKey, identity: "churn-\(worker)-\(round)", name: nil, grants: SwitchboardProtocol.Grants(), ttlSeconds: 600)
+                    let token = AccessTokenVerifier.sign(claims, secret: secret)
+                    do {
+                        let client = try await WebSocketClient.connect(to: URL(string: "\(server)/v1/ws?access_token=\(token)")!, on: loop)
+                        counts.connected.add(1, ordering: .relaxed)
+                        client.close()
+                        for await event in client.events { if case .closed = event { break } }
+                    } catch {
+                        counts.failed.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+        }
+    }
+    let elapsed = ContinuousClock.now - started
+    let total = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    let connected = counts.connected.load(ordering: .relaxed)
+    print(#"{"connects_per_second": \#(Int(Double(connected) / total)), "connected": \#(connected), "failed": \#(counts.failed.load(ordering: .relaxed)), "seconds": \#(String(format: "%.3f", total))}"#)
+    loop.stop()
+}
+
 let arguments = Array(CommandLine.arguments.dropFirst())
 switch arguments.first {
 case "push":
@@ -299,8 +465,14 @@ case "relay":
     try await benchRelay(Array(arguments.dropFirst()))
 case "idle":
     try await benchIdle(Array(arguments.dropFirst()))
+case "calls":
+    try await benchCalls(Array(arguments.dropFirst()))
+case "churn":
+    try await benchChurn(Array(arguments.dropFirst()))
 default:
     fail("usage: switchboard-bench push --url URL --ca-file PEM [--count N] [--concurrency C] [--connections K]\n"
         + "       switchboard-bench relay --server ws://HOST:PORT --api-key K --api-secret S [--pairs N] [--messages M] [--window W | --rate PER_SECOND]\n"
-        + "       switchboard-bench idle --server ws://HOST:PORT --api-key K --api-secret S [--connections N] [--parallel P] [--hold SECONDS]")
+        + "       switchboard-bench idle --server ws://HOST:PORT --api-key K --api-secret S [--connections N] [--parallel P] [--hold SECONDS]\n"
+        + "       switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND] [--seconds N] [--callers C] [--callees D]\n"
+        + "       switchboard-bench churn --server ws://HOST:PORT --api-key K --api-secret S [--seconds N] [--parallel P]")
 }

@@ -38,7 +38,7 @@ enum SandboxCommand {
           --help                     Show this help.
         """
 
-    static func run(_ arguments: [String]) throws -> Int32 {
+    static func run(_ arguments: [String]) async throws -> Int32 {
         let parsed = try Arguments(
             arguments, valued: ["port", "admin-port", "host", "key", "cert", "cert-key", "dir", "max-concurrent-streams", "client-ca"])
         if parsed.has("help") {
@@ -82,7 +82,7 @@ enum SandboxCommand {
                    --url \(sandbox.url) --ca-file \(sandbox.certificatePath)
             """)
         fflush(nil)
-        waitForTermination()
+        await waitForTermination()
         sandbox.stop()
         return 0
     }

@@ -28,7 +28,7 @@ enum ServeCommand {
         return text
     }
 
-    static func run(_ arguments: [String]) throws -> Int32 {
+    static func run(_ arguments: [String]) async throws -> Int32 {
         let valued = Set(ServerConfiguration.settings.filter { !$0.isFlag }.map { String($0.flag.dropFirst(2)) } + ["config"])
         let flags = Set(ServerConfiguration.settings.filter(\.isFlag).map { String($0.flag.dropFirst(2)) })
         let parsed = try Arguments(arguments, valued: valued)
@@ -78,7 +78,7 @@ enum ServeCommand {
         print("Switchboard is running: \(server.publicURL)  (Ctrl-C to stop)\n")
         fflush(nil)
 
-        waitForTermination()
+        await waitForTermination()
         server.shutdown()
         return 0
     }

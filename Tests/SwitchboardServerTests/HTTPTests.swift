@@ -24,6 +24,18 @@ import Testing
         #expect(metrics.text.contains(#"switchboard_http_requests_total{method="GET",route="/healthz",status="200"} 1"#))
     }
 
+    @Test func aPortInUseFailsToStartWithAnErrorAndTheFirstServerKeepsServing() async throws {
+        let first = try TestServer()
+        defer { first.stop() }
+        for _ in 0..<3 {
+            #expect(throws: (any Error).self) {
+                _ = try TestServer { $0.port = first.server.port }
+            }
+        }
+        let health = try await HTTPClient.request("GET", first.baseURL + "/healthz")
+        #expect(health.status == 200)
+    }
+
     @Test func webClientIsServedAndTraversalIsRefused() async throws {
         let server = try TestServer()
         defer { server.stop() }

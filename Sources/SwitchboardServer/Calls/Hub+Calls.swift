@@ -23,6 +23,28 @@ final class ActiveCall {
     var video: Bool { request.video ?? false }
 }
 
+/// Times the server's share of starting one call: from the invite arriving to every push
+/// handed to the APNs connection and the call's record written, whichever comes last.
+/// Each part `begin()`s before it starts and calls `end()` when done; the creator holds one
+/// part while it sets the call up.
+final class CallSetupClock: Sendable {
+    private let started = ContinuousClock.now
+    private let parts = Atomic<Int>(1)
+    private let metrics: Metrics
+
+    init(metrics: Metrics) { self.metrics = metrics }
+
+    func begin() { parts.add(1, ordering: .relaxed) }
+
+    func end() {
+        guard parts.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 else { return }
+        let elapsed = ContinuousClock.now - started
+        metrics.observeRecent(
+            "switchboard_call_setup_seconds",
+            seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+    }
+}
+
 /// Call ids still ringing, shared with push tasks (no push retry once a call stops ringing).
 final class RingingSet: Sendable {
     private let ids = Mutex<Set<String>>([])
@@ -36,6 +58,7 @@ extension Hub {
 
     /// Starts a call from `caller` and rings every device of every callee. Returns the call.
     func createCall(_ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?) throws(ErrorBody) -> JSONValue {
+        let setup = CallSetupClock(metrics: metrics)
         let limits = configuration.limits
         guard caller.grants.call == true else { throw ErrorBody(.forbidden, "your token has no call grant") }
         let callees = request.callees.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
@@ -117,7 +140,8 @@ extension Hub {
         logger.info("call created", ["call": id, "app": app.id, "caller": caller.sub, "callees": callees.joined(separator: ",")])
 
         let startEffects = call.state.start(nowMillis: Self.wallMillis())
-        store.saveCall(call.state, idempotencyKey: request.idempotencyKey)
+        setup.begin()
+        store.saveCall(call.state, idempotencyKey: request.idempotencyKey, written: setup.end)
         if call.state.isRinging {
             ringingCalls.insert(id)
             call.ringTimer = transport?.loop.schedule(after: .seconds(timeout)) { [weak self] in
@@ -125,9 +149,10 @@ extension Hub {
                 self.perform(call, call.state.ringTimedOut(nowMillis: Self.wallMillis()))
             }
             for callee in call.state.ringingCallees {
-                ring(callee, call: call, devices: devices[callee] ?? [])
+                ring(callee, call: call, devices: devices[callee] ?? [], setup: setup)
             }
         }
+        setup.end()
         perform(call, startEffects)
         return describe(call)
     }
@@ -153,9 +178,21 @@ extension Hub {
 
     /// In a call that was answered, as caller or as an answering callee.
     func isInCall(_ identity: String, appID: String) -> Bool {
-        calls.values.contains { call in
-            call.state.appID == appID && call.state.answeredAtMillis != nil && !call.state.isEnded
-                && (call.state.caller == identity || call.state.status[identity] == .accepted)
+        !(answeredCallsByUser[Self.userKey(appID, identity)]?.isEmpty ?? true)
+    }
+
+    /// Keeps `answeredCallsByUser` true for `call` after a change: a user is in it while it is
+    /// answered and not over, as its caller or a callee who accepted.
+    func indexAnswered(_ call: ActiveCall) {
+        let state = call.state
+        let live = state.answeredAtMillis != nil && !state.isEnded
+        for identity in [state.caller] + state.callees {
+            let key = Self.userKey(state.appID, identity)
+            if live && (identity == state.caller || state.status[identity] == .accepted) {
+                answeredCallsByUser[key, default: []].insert(state.id)
+            } else if answeredCallsByUser[key]?.remove(state.id) != nil, answeredCallsByUser[key]?.isEmpty == true {
+                answeredCallsByUser.removeValue(forKey: key)
+            }
         }
     }
 
@@ -176,7 +213,7 @@ extension Hub {
     }
 
     /// Rings one callee: its connections at once, and its iPhones by push.
-    func ring(_ callee: String, call: ActiveCall, devices: [Device]) {
+    func ring(_ callee: String, call: ActiveCall, devices: [Device], setup: CallSetupClock? = nil) {
         let state = call.state
         let invite = invitation(call)
         let nowMillis = Self.wallMillis()
@@ -189,7 +226,7 @@ extension Hub {
         }
         for device in devices where device.platform == "ios" {
             if device.callKitEnabled, let token = device.voipToken {
-                sendPush(.voip, to: device, token: token, callee: callee, call: call, payload: voipPayload(call, invite: invite))
+                sendPush(.voip, to: device, token: token, callee: callee, call: call, payload: voipPayload(call, invite: invite), setup: setup)
             } else if let token = device.apnsToken {
                 // No CallKit (mainland China, or turned off): the invite rings as a visible alert.
                 let alert: JSONValue = [
@@ -197,7 +234,7 @@ extension Hub {
                     "call_id": .string(state.id), "caller": invite["caller"] ?? .null, "video": .bool(call.video),
                     "ring_expires_at": .int(state.ringExpiresAtMillis),
                 ]
-                sendPush(.alert, to: device, token: token, callee: callee, call: call, payload: alert)
+                sendPush(.alert, to: device, token: token, callee: callee, call: call, payload: alert, setup: setup)
             }
         }
     }
@@ -224,7 +261,10 @@ extension Hub {
     }
 
     /// Sends one push for a call and records its fate in the trace. VoIP only for invites.
-    func sendPush(_ type: PushType, to device: Device, token: String, callee: String, call: ActiveCall, payload: JSONValue) {
+    func sendPush(
+        _ type: PushType, to device: Device, token: String, callee: String, call: ActiveCall, payload: JSONValue,
+        setup: CallSetupClock? = nil
+    ) {
         let state = call.state
         let bytes = (try? JSONEncoder().encode(payload)).map(Array.init) ?? []
         let notification = PushNotification(
@@ -239,9 +279,13 @@ extension Hub {
         let loop = transport?.loop
         var stillWanted: @Sendable () -> Bool = { true }
         if type == .voip { stillWanted = { ringing.contains(callID) } }
-        let task = Task {
+        setup?.begin()
+        var submitted: (@Sendable () -> Void)?
+        if let setup { submitted = { setup.end() } }
+        let task = Task { [submitted] in
             let result = await router.send(
-                notification, appID: state.appID, environment: device.environment, deadline: deadline, stillWanted: stillWanted)
+                notification, appID: state.appID, environment: device.environment, deadline: deadline, stillWanted: stillWanted,
+                onSubmitted: submitted)
             loop?.execute { [weak self] in self?.pushAnswered(result, callID: callID, callee: callee, device: device.deviceID, channel: channel) }
         }
         _ = task
@@ -316,6 +360,7 @@ extension Hub {
 
     /// Carries out a state machine's effects.
     func perform(_ call: ActiveCall, _ effects: [CallState.Effect]) {
+        indexAnswered(call)
         guard !effects.isEmpty else { return }
         let state = call.state
         for effect in effects {

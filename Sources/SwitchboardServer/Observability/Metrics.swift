@@ -21,10 +21,34 @@ public final class Metrics: Sendable {
         var count: UInt64 = 0
     }
 
+    /// The latest observations of a summary (a ring), with the running sum and count.
+    private struct Window {
+        var samples: [Double] = []
+        var next = 0
+        var sum: Double = 0
+        var count: UInt64 = 0
+
+        mutating func add(_ seconds: Double) {
+            if samples.count < Metrics.summaryWindow {
+                samples.append(seconds)
+            } else {
+                samples[next] = seconds
+                next = (next + 1) % Metrics.summaryWindow
+            }
+            sum += seconds
+            count += 1
+        }
+    }
+
+    /// Observations a summary keeps for its quantiles.
+    public static let summaryWindow = 10_000
+    public static let summaryQuantiles: [Double] = [0.5, 0.9, 0.99, 0.999]
+
     private struct State {
         var counters: [Key: Double] = [:]
         var gauges: [Key: Double] = [:]
         var histograms: [Key: Histogram] = [:]
+        var summaries: [Key: Window] = [:]
     }
 
     private let state = Mutex(State())
@@ -52,6 +76,10 @@ public final class Metrics: Sendable {
         "switchboard_http_requests_total": ("counter", "HTTP requests, by route and status."),
         "switchboard_http_request_duration_seconds": ("histogram", "Time from a complete HTTP request to its response."),
         "switchboard_store_writes_total": ("counter", "Store write transactions, by outcome."),
+        "switchboard_call_setup_seconds": (
+            "summary",
+            "Server's share of starting a call: from the invite arriving to every push handed to the APNs connection and the call record written (quantiles over the latest 10,000 calls)."
+        ),
     ]
 
     public init() {}
@@ -84,6 +112,16 @@ public final class Metrics: Sendable {
             histogram.sum += seconds
             histogram.count += 1
             state.histograms[key] = histogram
+        }
+    }
+
+    /// Records one observation, in seconds, in a summary: exact quantiles over the latest
+    /// `summaryWindow` observations.
+    public func observeRecent(_ name: String, seconds: Double) {
+        let key = Self.key(name, [:])
+        state.withLock { state in
+            // In place: a copy of the window per observation would cost 80 KB of copying.
+            state.summaries[key, default: Window()].add(seconds)
         }
     }
 
@@ -120,6 +158,17 @@ public final class Metrics: Sendable {
             lines.append("\(key.name)_bucket\(Self.labelText(key.labels + ["le", "+Inf"])) \(histogram.count)")
             lines.append("\(key.name)_sum\(Self.labelText(key.labels)) \(histogram.sum)")
             lines.append("\(key.name)_count\(Self.labelText(key.labels)) \(histogram.count)")
+            families[key.name, default: []].append((Self.labelText(key.labels), lines))
+        }
+        for (key, window) in snapshot.summaries {
+            let sorted = window.samples.sorted()
+            var lines: [String] = []
+            for quantile in Self.summaryQuantiles where !sorted.isEmpty {
+                let value = sorted[min(sorted.count - 1, Int(Double(sorted.count) * quantile))]
+                lines.append("\(key.name)\(Self.labelText(key.labels + ["quantile", Self.number(quantile)])) \(value)")
+            }
+            lines.append("\(key.name)_sum\(Self.labelText(key.labels)) \(window.sum)")
+            lines.append("\(key.name)_count\(Self.labelText(key.labels)) \(window.count)")
             families[key.name, default: []].append((Self.labelText(key.labels), lines))
         }
         var output = ""

@@ -70,7 +70,7 @@ public final class APNsClient: Sendable {
     /// every outcome is a `PushResult`.
     public func send(
         _ notification: PushNotification, deadline: ContinuousClock.Instant? = nil,
-        stillWanted: @escaping @Sendable () -> Bool = { true }
+        stillWanted: @escaping @Sendable () -> Bool = { true }, onSubmitted: (@Sendable () -> Void)? = nil
     ) async -> PushResult {
         let started = ContinuousClock.now
         let apnsID = (notification.id ?? UUID()).uuidString.lowercased()
@@ -118,7 +118,7 @@ public final class APNsClient: Sendable {
             }
             let request = HTTP2Request(
                 url: "\(baseURL)/3/device/\(notification.deviceToken)", headers: headers, body: notification.payload,
-                timeout: min(configuration.requestTimeout, remaining))
+                timeout: min(configuration.requestTimeout, remaining), onSubmitted: attempts == 0 ? onSubmitted : nil)
             attempts += 1
             let response: HTTPClientResponse
             do {

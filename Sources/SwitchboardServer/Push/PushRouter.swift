@@ -26,14 +26,14 @@ final class PushRouter: Sendable {
 
     func send(
         _ notification: PushNotification, appID: String, environment: APNsEnvironment, deadline: ContinuousClock.Instant,
-        stillWanted: @escaping @Sendable () -> Bool = { true }
+        stillWanted: @escaping @Sendable () -> Bool = { true }, onSubmitted: (@Sendable () -> Void)? = nil
     ) async -> PushResult {
         guard let service = service(appID: appID, environment: environment) else {
             metrics.increment("switchboard_apns_config_alarms_total", ["reason": "NotConfigured"])
             logger.error("no APNs key for the app: set one with `switchboard app push-key`", ["app": appID])
             return PushResult(apnsID: "", status: 0, failure: .notConfigured, attempts: 0, latency: .zero)
         }
-        return await service.send(notification, deadline: deadline, stillWanted: stillWanted)
+        return await service.send(notification, deadline: deadline, stillWanted: stillWanted, onSubmitted: onSubmitted)
     }
 
     private func service(appID: String, environment: APNsEnvironment) -> PushService? {

@@ -19,9 +19,9 @@ public final class PushService: Sendable {
 
     public func send(
         _ notification: PushNotification, deadline: ContinuousClock.Instant? = nil,
-        stillWanted: @escaping @Sendable () -> Bool = { true }
+        stillWanted: @escaping @Sendable () -> Bool = { true }, onSubmitted: (@Sendable () -> Void)? = nil
     ) async -> PushResult {
-        let result = await client.send(notification, deadline: deadline, stillWanted: stillWanted)
+        let result = await client.send(notification, deadline: deadline, stillWanted: stillWanted, onSubmitted: onSubmitted)
         if let failure = result.failure, failure.invalidatesToken {
             var since: Date?
             if case .unregistered(let timestamp) = failure { since = timestamp }

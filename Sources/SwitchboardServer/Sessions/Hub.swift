@@ -20,6 +20,8 @@ final class Hub: @unchecked Sendable {
     var sessionsByUser: [String: [Session]] = [:]
     var calls: [String: ActiveCall] = [:]
     var callIdempotency: [String: String] = [:]
+    /// Live answered calls by user key (`isInCall` without a walk over every call).
+    var answeredCallsByUser: [String: Set<String>] = [:]
     var callRooms: [RoomKey: Set<String>] = [:]
     var inviteLog: [String: [ContinuousClock.Instant]] = [:]
     var lastPrune = ContinuousClock.now
@@ -96,7 +98,7 @@ final class Hub: @unchecked Sendable {
         byConnection[connection] = session
         byResumeToken[session.resumeToken] = session
         sessionsByUser[Self.userKey(app.id, claims.sub), default: []].append(session)
-        logger.info("session opened", ["peer": session.peerID, "app": app.id, "identity": claims.sub, "conn": connection.description])
+        logger.debug("session opened", ["peer": session.peerID, "app": app.id, "identity": claims.sub, "conn": connection.description])
         let welcome = SessionWelcome(
             peerID: session.peerID, identity: claims.sub, resumeToken: session.resumeToken,
             serverTime: Self.wallMillis(), limits: sessionLimits, resumeFailed: resumeFailed)
@@ -145,7 +147,7 @@ final class Hub: @unchecked Sendable {
             return
         }
         let grace = configuration.limits.resumeGraceSeconds
-        logger.info("session detached", ["peer": session.peerID, "reason": reason.label, "grace_seconds": String(grace)])
+        logger.debug("session detached", ["peer": session.peerID, "reason": reason.label, "grace_seconds": String(grace)])
         session.graceTimer = transport?.loop.schedule(after: .seconds(grace)) { [weak self, weak session] in
             guard let self, let session, session.connection == nil else { return }
             session.graceTimer = nil
@@ -171,7 +173,7 @@ final class Hub: @unchecked Sendable {
             byConnection.removeValue(forKey: connection)
             transport?.close(connection, code: 1000, reason: "session ended")
         }
-        logger.info("session ended", ["peer": session.peerID, "reason": reason.rawValue])
+        logger.debug("session ended", ["peer": session.peerID, "reason": reason.rawValue])
     }
 
     // MARK: Messages

@@ -181,8 +181,8 @@ extension Store {
 
     // MARK: Calls
 
-    /// Saves a call's current state (queued).
-    func saveCall(_ state: CallState, idempotencyKey: String?) {
+    /// Writes a call's record (queued); `written` runs on the writer once it is stored.
+    func saveCall(_ state: CallState, idempotencyKey: String?, written: (@Sendable () -> Void)? = nil) {
         let summary = String(decoding: (try? JSONEncoder().encode(state.summary)) ?? Data(), as: UTF8.self)
         let callees = String(decoding: (try? JSONEncoder().encode(state.callees)) ?? Data(), as: UTF8.self)
         let phase = state.isEnded ? "ended" : state.isRinging ? "ringing" : "accepted"
@@ -194,6 +194,7 @@ extension Store {
                 """,
                 [.text(state.id), .text(state.appID), .text(state.caller), .text(callees), .text(phase), .text(summary),
                  .integer(state.createdAtMillis), idempotencyKey.map(SQLValue.text) ?? .null])
+            written?()
         }
     }
 
