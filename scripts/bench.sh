@@ -201,10 +201,12 @@ and `JSONEncoder` at 18%. Atomic message counters and reading the signal from th
 once: 17,676. Decoding strings and objects first: 19,101. Parsing incoming messages with jansson:
 20,907. Writing outgoing messages with jansson: ~35,000, and the load generator became the
 limit (96% of its core, each message hopping between threads); running it in event handlers on
-its loop thread made the server the bottleneck again (~100%). What is left between this and
-50,000: one `send()` per frame (the kernel's TCP path is ~36% of the server's CPU, and on
-loopback it carries the receiving side too), jansson building and writing trees (~24%), and
-allocation (~10%).
+its loop thread made the server the bottleneck again (~100%). Moving the event loop from
+libwebsockets' poll() to libev on epoll (so that 10,000 idle connections cost nothing per
+wakeup; see the latency section) cost some throughput here (~29,000: one `epoll_ctl` per
+write-interest change). Then the frames queued for one connection leave in one `send()`, each
+with its own header, instead of one system call per frame (the kernel's TCP path had been a
+third of the server's CPU): ~60,000.
 """
 print(section)
 PY

@@ -215,6 +215,23 @@ import Testing
         #expect(try await client.next() == .text(large))
         client.socket.close()
     }
+
+    /// Frames queued together leave in one write, each with its own header: lengths on both
+    /// sides of the 7-bit, 16-bit and 64-bit encodings, in order, none lost or merged.
+    @Test func aBurstOfEchoesComesBackFrameByFrame() async throws {
+        let server = try TestServer { $0.enableEcho = true }
+        defer { server.stop() }
+        let client = try await TestClient.connect("ws://127.0.0.1:\(server.server.port)/v1/echo")
+        let sizes = [0, 1, 125, 126, 127, 65_535, 65_536, 70_000] + (0..<200).map { 20 + $0 % 300 }
+        let messages = sizes.enumerated().map { index, size in
+            String(repeating: Character(UnicodeScalar(UInt8(97 + index % 26))), count: size)
+        }
+        for message in messages { client.sendRaw(message) }
+        for message in messages {
+            #expect(try await client.next() == .text(message))
+        }
+        client.socket.close()
+    }
 }
 
 /// A blocking TCP client for what a WebSocket library would not do (stay silent, for example).
