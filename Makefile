@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 SWIFT ?= swift
 VENV := .build/venv
 
-.PHONY: run test build deps test-deps autobahn interop bench clean
+.PHONY: run test build deps test-deps autobahn interop bench fuzz test-sanitize clean
 
 run: deps
 	$(SWIFT) build -c release --product switchboard
@@ -15,6 +15,7 @@ run: deps
 test: test-deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
+	scripts/fuzz.sh replay .build/debug/switchboard-fuzz
 	scripts/autobahn.sh .build/debug/switchboard $(VENV)
 	scripts/interop.sh .build/debug/switchboard $(VENV)
 	$(SWIFT) build --target SwitchboardKit --scratch-path .build/typecheck -Xswiftc -DSWITCHBOARD_TYPECHECK_URLSESSION
@@ -39,6 +40,15 @@ interop: test-deps
 
 bench: test-deps
 	VENV=$(VENV) scripts/bench.sh
+
+# libFuzzer on every parser of outside input, FUZZ_SECONDS (default 60) per target.
+fuzz: deps
+	scripts/fuzz.sh run
+
+# The Swift tests under AddressSanitizer, then ThreadSanitizer (separate build directories).
+test-sanitize: test-deps
+	$(SWIFT) test --sanitize=address --scratch-path .build/asan
+	$(SWIFT) test --sanitize=thread --scratch-path .build/tsan
 
 clean:
 	rm -rf .build

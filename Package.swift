@@ -70,6 +70,10 @@ let package = Package(
         .executableTarget(
             name: "switchboard-bench",
             dependencies: ["SwitchboardServer", "SwitchboardSystem", "SwitchboardProtocol"]),
+        // The fuzzing harness (`make fuzz`); built normally it replays inputs (`make test`).
+        .executableTarget(
+            name: "switchboard-fuzz",
+            dependencies: ["SwitchboardServer", "SwitchboardKit", "CShims"]),
         // Writes to a store in a loop so a test can kill -9 it mid-write.
         .executableTarget(
             name: "store-torture",

@@ -89,14 +89,10 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     /// payload holds (a malformed, stale or unknown call is reported, then ended), then connects
     /// and asks the server for the call's state to end it at once if it is over.
     public func handleIncomingVoIPPush(payload: [String: Any], completion: @escaping @Sendable () -> Void) {
-        let callID = (payload["call_id"] as? String).flatMap(UUID.init(uuidString:))
-            ?? (payload["UUID"] as? String).flatMap(UUID.init(uuidString:))
-        let caller = payload["caller"] as? [String: Any]
-        let name = (caller?["name"] as? String) ?? (caller?["identity"] as? String) ?? "Unknown caller"
-        let handle = (caller?["handle"] as? String) ?? (payload["handle"] as? String) ?? name
-        let video = (payload["video"] as? Bool) ?? (payload["hasVideo"] as? Bool) ?? false
+        let push = IncomingPush(payload)
+        let callID = push.callID
         let id = callID ?? UUID()
-        let update = CallUpdate(handle: handle, displayName: name, hasVideo: video)
+        let update = push.update
 
         let known = calls.withLock { calls -> Bool in
             if calls[id] != nil { return true }
@@ -112,7 +108,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             finish(id, reason: .failed)
             return
         }
-        if let expires = Self.number(payload["ring_expires_at"]), expires / 1000 < Date().timeIntervalSince1970 - 5 {
+        if let expires = push.ringExpiresAtMillis, expires / 1000 < Date().timeIntervalSince1970 - 5 {
             finish(id, reason: .unanswered)
             return
         }
@@ -354,5 +350,28 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             sink.yield(.ended(call.id, .failed))
             Task { try? await client.request(type, encoding: CallActionRequest(callID: call.id.uuidString.lowercased(), reason: "reset")) }
         }
+    }
+}
+
+/// What a VoIP push says, read leniently: any payload gives a call to report (iOS demands
+/// one for every VoIP push), with defaults for what is missing or of the wrong type.
+public struct IncomingPush: Sendable {
+    /// The server's call id (`call_id`, else `UUID`), nil when absent or not a UUID.
+    public var callID: UUID?
+    /// What the call screen shows.
+    public var update: CallUpdate
+    /// When ringing stops, in milliseconds since 1970, when the payload says.
+    public var ringExpiresAtMillis: Double?
+
+    /// Reads a push payload as PushKit delivers it.
+    public init(_ payload: [String: Any]) {
+        callID = (payload["call_id"] as? String).flatMap(UUID.init(uuidString:))
+            ?? (payload["UUID"] as? String).flatMap(UUID.init(uuidString:))
+        let caller = payload["caller"] as? [String: Any]
+        let name = (caller?["name"] as? String) ?? (caller?["identity"] as? String) ?? "Unknown caller"
+        let handle = (caller?["handle"] as? String) ?? (payload["handle"] as? String) ?? name
+        let video = (payload["video"] as? Bool) ?? (payload["hasVideo"] as? Bool) ?? false
+        update = CallUpdate(handle: handle, displayName: name, hasVideo: video)
+        ringExpiresAtMillis = CallManager.number(payload["ring_expires_at"])
     }
 }

@@ -12,6 +12,12 @@ public struct HTTPClientResponse: Sendable {
     public var headers: [String: String]
     public var body: [UInt8]
 
+    public init(status: Int, headers: [String: String] = [:], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
     public var text: String { String(decoding: body, as: UTF8.self) }
 }
 

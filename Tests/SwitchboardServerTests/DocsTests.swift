@@ -46,6 +46,9 @@ import Testing
 
         let server = try TestServer()
         defer { server.stop() }
+        let versioned = try await HTTPClient.request("GET", server.baseURL + "/v1/openapi.json")
+        #expect(versioned.status == 200)
+        #expect(versioned.text.contains(#""openapi""#))
         let served = try await HTTPClient.request("GET", server.baseURL + "/openapi.json")
         #expect(served.status == 200)
         #expect(served.headers["content-type"] == "application/json")

@@ -79,6 +79,12 @@ import Testing
         client.sendRaw(#"[1,2,3]"#)
         #expect(try await client.nextEnvelope().error?.code == .badRequest)
 
+        // Nesting deeper than the parsers allow (jansson: 2048 levels) is refused, not recursed into.
+        for depth in [3000, 30_000] {
+            client.sendRaw(#"{"type":"ping","id":1,"data":"# + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "}")
+            #expect(try await client.nextEnvelope().error?.code == .malformedJSON)
+        }
+
         client.sendRaw(#"{"type":"ping"}"#)
         #expect(try await client.nextEnvelope().error?.code == .badRequest)
 

@@ -17,6 +17,9 @@ CURLMcode sb_curl_multi_setopt_long(CURLM *handle, CURLMoption option, long valu
 CURLcode sb_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value);
 CURLcode sb_curl_easy_getinfo_pointer(CURL *handle, CURLINFO info, void **value);
 
+/* libFuzzer's driver, for the fuzzing harness's own main (only linked in `make fuzz` builds). */
+int LLVMFuzzerRunDriver(int *argc, char ***argv, int (*callback)(const uint8_t *data, size_t size));
+
 /* SQLITE_TRANSIENT is a cast macro. */
 int sb_sqlite3_bind_text_transient(sqlite3_stmt *stmt, int index, const char *text, int length);
 int sb_sqlite3_bind_blob_transient(sqlite3_stmt *stmt, int index, const void *data, int length);

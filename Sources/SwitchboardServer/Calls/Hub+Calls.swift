@@ -61,17 +61,7 @@ extension Hub {
         let setup = CallSetupClock(metrics: metrics)
         let limits = configuration.limits
         guard caller.grants.call == true else { throw ErrorBody(.forbidden, "your token has no call grant") }
-        let callees = request.callees.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
-        guard !callees.isEmpty, callees.count <= limits.maxCallees else {
-            throw ErrorBody(.badRequest, "callees must name 1 to \(limits.maxCallees) users")
-        }
-        guard callees.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 256 }), !callees.contains(caller.sub) else {
-            throw ErrorBody(.badRequest, "callees are other users' identities (1-256 bytes)")
-        }
-        let timeout = request.ringTimeoutSeconds ?? limits.ringTimeoutSeconds
-        guard (5...180).contains(timeout) else { throw ErrorBody(.badRequest, "ring_timeout_seconds must be 5 to 180") }
-        if let metadata = request.metadata { try checkSize(metadata, what: "metadata") }
-        if case .external(let descriptor) = request.media { try checkSize(descriptor, what: "media descriptor") }
+        let (callees, timeout) = try Self.checkCallRequest(request, caller: caller.sub, limits: limits)
 
         // A retried request with the same idempotency key gets the same call.
         let idempotency = request.idempotencyKey.map { Self.userKey(app.id, caller.sub) + "\u{0}" + $0 }
@@ -155,6 +145,26 @@ extension Hub {
         setup.end()
         perform(call, startEffects)
         return describe(call)
+    }
+
+    /// What a call request must be whoever sends it: 1 to `maxCallees` distinct other users,
+    /// a ring timeout of 5 to 180 s, metadata and media descriptor within `maxDataBytes`.
+    /// Returns the callees without repeats and the ring timeout.
+    static func checkCallRequest(
+        _ request: CallCreateRequest, caller: String, limits: ServerConfiguration.Limits
+    ) throws(ErrorBody) -> (callees: [String], timeout: Int) {
+        let callees = request.callees.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+        guard !callees.isEmpty, callees.count <= limits.maxCallees else {
+            throw ErrorBody(.badRequest, "callees must name 1 to \(limits.maxCallees) users")
+        }
+        guard callees.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 256 }), !callees.contains(caller) else {
+            throw ErrorBody(.badRequest, "callees are other users' identities (1-256 bytes)")
+        }
+        let timeout = request.ringTimeoutSeconds ?? limits.ringTimeoutSeconds
+        guard (5...180).contains(timeout) else { throw ErrorBody(.badRequest, "ring_timeout_seconds must be 5 to 180") }
+        if let metadata = request.metadata { try checkSize(metadata, what: "metadata", limit: limits.maxDataBytes) }
+        if case .external(let descriptor) = request.media { try checkSize(descriptor, what: "media descriptor", limit: limits.maxDataBytes) }
+        return (callees, timeout)
     }
 
     /// Forgets invite counts older than a minute and idempotency keys of calls that ended long

@@ -185,21 +185,11 @@ final class Hub: @unchecked Sendable {
             reply(.error(id: nil, ErrorBody(.badRequest, "binary messages are not part of the protocol")), to: session)
             return
         }
-        // jansson first (fast); JSONDecoder for what jansson cannot hold (integers beyond 64 bits).
-        guard let value = JSONText.parse(bytes) ?? (try? decoder.decode(JSONValue.self, from: Data(bytes))) else {
-            reply(.error(id: nil, ErrorBody(.malformedJSON, "the message is not valid JSON")), to: session)
-            return
-        }
-        guard case .object(let object) = value else {
-            reply(.error(id: nil, ErrorBody(.badRequest, "a message must be a JSON object")), to: session)
-            return
-        }
-        guard let id = object["id"], Self.isUsableID(id) else {
-            reply(.error(id: nil, ErrorBody(.badRequest, "every request needs an id (a string or an integer)")), to: session)
-            return
-        }
-        guard case .string(let type) = object["type"] else {
-            reply(.error(id: id, ErrorBody(.badRequest, "every request needs a string type")), to: session)
+        let id: JSONValue, type: String, object: [String: JSONValue]
+        switch Self.parseRequest(bytes) {
+        case .success(let request): (id, type, object) = request
+        case .failure(let refusal):
+            reply(.error(id: refusal.id, refusal.error), to: session)
             return
         }
         guard session.rate.take(now: now) else {
@@ -213,6 +203,30 @@ final class Hub: @unchecked Sendable {
         } catch {
             reply(.error(id: id, error), to: session)
         }
+    }
+
+    /// Why a message is not a request, with its id when it had a usable one.
+    struct Refusal: Error {
+        var id: JSONValue?
+        var error: ErrorBody
+    }
+
+    /// The envelope of a request: a JSON object with a usable `id` and a string `type`.
+    static func parseRequest(_ bytes: [UInt8]) -> Result<(id: JSONValue, type: String, object: [String: JSONValue]), Refusal> {
+        // jansson first (fast); JSONDecoder for what jansson cannot hold (integers beyond 64 bits).
+        guard let value = JSONText.parse(bytes) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
+            return .failure(Refusal(error: ErrorBody(.malformedJSON, "the message is not valid JSON")))
+        }
+        guard case .object(let object) = value else {
+            return .failure(Refusal(error: ErrorBody(.badRequest, "a message must be a JSON object")))
+        }
+        guard let id = object["id"], isUsableID(id) else {
+            return .failure(Refusal(error: ErrorBody(.badRequest, "every request needs an id (a string or an integer)")))
+        }
+        guard case .string(let type) = object["type"] else {
+            return .failure(Refusal(id: id, error: ErrorBody(.badRequest, "every request needs a string type")))
+        }
+        return .success((id, type, object))
     }
 
     private struct Outcome {
@@ -443,6 +457,10 @@ final class Hub: @unchecked Sendable {
     }
 
     func decodeData<T: Decodable>(_ bytes: [UInt8]) throws(ErrorBody) -> T {
+        try Self.decodeData(bytes, decoder: decoder)
+    }
+
+    static func decodeData<T: Decodable>(_ bytes: [UInt8], decoder: JSONDecoder = JSONDecoder()) throws(ErrorBody) -> T {
         do {
             return try decoder.decode(RequestData<T>.self, from: Data(bytes)).data
         } catch {
@@ -451,9 +469,13 @@ final class Hub: @unchecked Sendable {
     }
 
     func checkSize(_ value: JSONValue, what: String) throws(ErrorBody) {
-        let size = (try? encoder.encode(value).count) ?? Int.max
-        guard size <= configuration.limits.maxDataBytes else {
-            throw ErrorBody(.payloadTooLarge, "\(what) is \(size) bytes; the limit is \(configuration.limits.maxDataBytes)")
+        try Self.checkSize(value, what: what, limit: configuration.limits.maxDataBytes)
+    }
+
+    static func checkSize(_ value: JSONValue, what: String, limit: Int) throws(ErrorBody) {
+        let size = (try? JSONEncoder().encode(value).count) ?? Int.max
+        guard size <= limit else {
+            throw ErrorBody(.payloadTooLarge, "\(what) is \(size) bytes; the limit is \(limit)")
         }
     }
 

@@ -30,6 +30,27 @@ extension Gateway {
     // MARK: Devices
 
     /// `/v1/devices` and `/v1/devices/{device_id}`.
+    /// What `PUT /v1/devices/{id}` accepts: a registration with a known platform, device
+    /// tokens of 64 hexadecimal characters and an APNs environment.
+    static func checkDeviceRegistration(
+        _ bytes: [UInt8], decoder: JSONDecoder = JSONDecoder()
+    ) throws(ErrorBody) -> (DeviceRegistration, APNsEnvironment) {
+        let body: DeviceRegistration
+        do { body = try decoder.decode(DeviceRegistration.self, from: Data(bytes)) } catch {
+            throw decodeError(bytes, error, decoder: decoder)
+        }
+        guard ["ios", "android", "web"].contains(body.platform) else {
+            throw ErrorBody(.badRequest, "platform is ios, android or web")
+        }
+        for token in [body.voipToken, body.apnsToken].compactMap({ $0 }) where token.utf8.count != 64 || !token.allSatisfy(\.isHexDigit) {
+            throw ErrorBody(.badRequest, "a device token is 64 hexadecimal characters")
+        }
+        guard let environment = APNsEnvironment(rawValue: body.environment ?? "production") else {
+            throw ErrorBody(.badRequest, "environment is sandbox or production")
+        }
+        return (body, environment)
+    }
+
     func routeDevices(_ request: HTTPRequest) -> (String, HTTPResponse) {
         let parts = request.path.split(separator: "/").map(String.init)
         guard case .success(let (claims, app)) = user(request) else {
@@ -43,18 +64,11 @@ extension Gateway {
         case (.put, 3):
             let deviceID = parts[2]
             guard deviceID.utf8.count <= 128, !deviceID.isEmpty else { return ("/v1/devices/{id}", fail(ErrorBody(.badRequest, "device id is 1-128 bytes"))) }
-            let body: DeviceRegistration
-            do { body = try decoder.decode(DeviceRegistration.self, from: Data(request.body)) } catch {
-                return ("/v1/devices/{id}", decodeFailure(request.body, error))
-            }
-            guard ["ios", "android", "web"].contains(body.platform) else {
-                return ("/v1/devices/{id}", fail(ErrorBody(.badRequest, "platform is ios, android or web")))
-            }
-            for token in [body.voipToken, body.apnsToken].compactMap({ $0 }) where token.count != 64 || !token.allSatisfy(\.isHexDigit) {
-                return ("/v1/devices/{id}", fail(ErrorBody(.badRequest, "a device token is 64 hexadecimal characters")))
-            }
-            guard let environment = APNsEnvironment(rawValue: body.environment ?? "production") else {
-                return ("/v1/devices/{id}", fail(ErrorBody(.badRequest, "environment is sandbox or production")))
+            let body: DeviceRegistration, environment: APNsEnvironment
+            do throws(ErrorBody) {
+                (body, environment) = try Self.checkDeviceRegistration(request.body, decoder: decoder)
+            } catch {
+                return ("/v1/devices/{id}", fail(error))
             }
             let device = Device(
                 appID: app.id, userID: claims.sub, deviceID: deviceID, platform: body.platform, voipToken: body.voipToken?.lowercased(),

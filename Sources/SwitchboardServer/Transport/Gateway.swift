@@ -95,6 +95,12 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             return routeBlocked(request)
         case (_, let path) where path == "/v1/calls" || path.hasPrefix("/v1/calls/"):
             return routeCalls(request)
+        case (.get, "/v1/openapi.json"), (.head, "/v1/openapi.json"):
+            // The REST API's description, also at /openapi.json with the web client.
+            if let file = staticFiles.resolve("/openapi.json") {
+                return ("/v1/openapi.json", HTTPResponse(status: 200, contentType: file.contentType, body: .file(path: file.path)))
+            }
+            return ("/v1/openapi.json", failure(404, ErrorBody(.notFound, "no OpenAPI document in the web root")))
         case (_, "/v1/ws"), (_, "/v1/echo"):
             return (request.path, failure(426, ErrorBody(.badRequest, "this endpoint needs a WebSocket upgrade"), headers: [("upgrade", "websocket")]))
         case (_, let path) where path == "/v1" || path.hasPrefix("/v1/"):
@@ -267,10 +273,15 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     }
 
     func decodeFailure(_ body: [UInt8], _ error: any Error) -> HTTPResponse {
+        failure(400, Self.decodeError(body, error, decoder: decoder))
+    }
+
+    /// Why a body did not decode: not JSON at all, or not the expected fields.
+    static func decodeError(_ body: [UInt8], _ error: any Error, decoder: JSONDecoder) -> ErrorBody {
         if (try? decoder.decode(JSONValue.self, from: Data(body))) == nil {
-            return failure(400, ErrorBody(.malformedJSON, "the body is not valid JSON"))
+            return ErrorBody(.malformedJSON, "the body is not valid JSON")
         }
-        return failure(400, ErrorBody(.badRequest, "the body does not match the expected fields: \(Self.describe(error))"))
+        return ErrorBody(.badRequest, "the body does not match the expected fields: \(describe(error))")
     }
 
     /// A short, safe description of a decoding error (no input echoed back).

@@ -1,0 +1,66 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+
+/// The server's parsers of outside input, callable with raw bytes: what `make fuzz` drives
+/// with libFuzzer and what the regression inputs under `fuzz/regressions/` replay in
+/// `make test`. Each runs the same code the server runs on a request, and returns whether the
+/// input was accepted (a refusal is a normal outcome; only a crash or a hang is a finding).
+public enum FuzzEntryPoints {
+    /// A WebSocket message: the envelope, then every request body the server decodes, with the
+    /// checks it applies before acting (room names, call requests).
+    @discardableResult
+    public static func webSocketMessage(_ bytes: [UInt8]) -> Bool {
+        guard case .success(let request) = Hub.parseRequest(bytes) else { return false }
+        var accepted = false
+        if let join: RoomJoinRequest = try? Hub.decodeData(bytes) {
+            accepted = (try? Hub.validateRoomName(join.room)) != nil
+        }
+        if let _: RoomLeaveRequest = try? Hub.decodeData(bytes) { accepted = true }
+        if let _: RoomMetadataRequest = try? Hub.decodeData(bytes) { accepted = true }
+        if let _: CallActionRequest = try? Hub.decodeData(bytes) { accepted = true }
+        if let call: CallCreateRequest = try? Hub.decodeData(bytes) {
+            accepted = (try? Hub.checkCallRequest(call, caller: "fuzz", limits: ServerConfiguration.Limits())) != nil
+        }
+        // What the server writes back: the parsed object, serialized again.
+        _ = JSONText.serialize(members: request.object.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+        return accepted
+    }
+
+    /// An access token, as the `access_token` query or `Authorization: Bearer` value; and the
+    /// input as a token's claims, validly signed, to reach the claim checks.
+    @discardableResult
+    public static func accessToken(_ bytes: [UInt8]) -> Bool {
+        let verifier = AccessTokenVerifier()
+        let secret = "fuzzing-secret"
+        let asToken = (try? verifier.verify(String(decoding: bytes, as: UTF8.self), secretFor: { _ in secret })) != nil
+        let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
+        let input = header + "." + Base64URL.encode(bytes)
+        let signed = input + "." + AccessTokenVerifier.signature(input: input, key: Array(secret.utf8))
+        let asClaims = (try? verifier.verify(signed, secretFor: { _ in secret })) != nil
+        return asToken || asClaims
+    }
+
+    /// A `PUT /v1/devices/{id}` body.
+    @discardableResult
+    public static func deviceRegistration(_ bytes: [UInt8]) -> Bool {
+        (try? Gateway.checkDeviceRegistration(bytes)) != nil
+    }
+
+    /// A `POST /v1/calls` body (the same request as `call.create` over the WebSocket).
+    @discardableResult
+    public static func callCreation(_ bytes: [UInt8]) -> Bool {
+        guard let request = try? JSONDecoder().decode(CallCreateRequest.self, from: Data(bytes)) else { return false }
+        return (try? Hub.checkCallRequest(request, caller: "fuzz", limits: ServerConfiguration.Limits())) != nil
+    }
+
+    /// An APNs response: the first byte picks the status, the rest is the body.
+    @discardableResult
+    public static func apnsResponse(_ bytes: [UInt8]) -> Bool {
+        let statuses = [200, 400, 403, 404, 405, 410, 413, 429, 500, 503]
+        let status = bytes.first.map { statuses[Int($0) % statuses.count] } ?? 200
+        let response = HTTPClientResponse(status: status, headers: ["apns-id": "fuzz"], body: Array(bytes.dropFirst()))
+        let reason = APNsClient.reason(of: response)
+        return status == 200 || reason.description.isEmpty == false
+    }
+}
