@@ -206,7 +206,9 @@ libwebsockets' poll() to libev on epoll (so that 10,000 idle connections cost no
 wakeup; see the latency section) cost some throughput here (~29,000: one `epoll_ctl` per
 write-interest change). Then the frames queued for one connection leave in one `send()`, each
 with its own header, instead of one system call per frame (the kernel's TCP path had been a
-third of the server's CPU): ~60,000.
+third of the server's CPU): ~60,000. Since then the ceiling's rule of one system call per
+message no longer binds Switchboard (it writes whatever has queued for a connection at once),
+so its share of the ceiling compares costs; it is not a bound.
 """
 print(section)
 PY

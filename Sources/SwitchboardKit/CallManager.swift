@@ -30,7 +30,7 @@ public enum CallManagerEvent: Sendable, Equatable {
 /// calls.handleIncomingVoIPPush(payload: payload.dictionaryPayload as! [String: Any], completion: completion)
 /// ```
 public final class CallManager: CallSystemDelegate, @unchecked Sendable {
-    // Safety: mutable state is in `calls`, under its Mutex; the rest is immutable.
+    // Safety: mutable state is in `calls`, under its lock; the rest is immutable.
 
     private enum Phase: Equatable {
         case ringing, answering, active, ended
@@ -53,8 +53,8 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     public let events: AsyncStream<CallManagerEvent>
     private let sink: AsyncStream<CallManagerEvent>.Continuation
     private let http: any HTTPTransport
-    private let calls = Mutex<[UUID: ManagedCall]>([:])
-    private let listening = Mutex<Task<Void, Never>?>(nil)
+    private let calls = Locked<[UUID: ManagedCall]>([:])
+    private let listening = Locked<Task<Void, Never>?>(nil)
 
     /// Makes the manager the delegate of `system`. `http` defaults to the platform's transport.
     public init(client: SwitchboardClient, system: any CallSystem, http: (any HTTPTransport)? = nil, serverTimeout: Duration = .seconds(10)) {

@@ -38,14 +38,14 @@ public final class Room: Sendable {
     public let iceServers: [ICEServer]
     /// The room's events, in order.
     public let events: AsyncStream<RoomEvent>
-    private let state: Mutex<[String: PeerDescription]>
+    private let state: Locked<[String: PeerDescription]>
     private let follower: Task<Void, Never>
 
     private init(name: String, client: SwitchboardClient, joined: RoomJoined, media: (any MediaEngine)?) {
         self.name = name
         self.client = client
         iceServers = joined.iceServers
-        state = Mutex(Dictionary(uniqueKeysWithValues: joined.peers.map { ($0.peerID, $0) }))
+        state = Locked(Dictionary(uniqueKeysWithValues: joined.peers.map { ($0.peerID, $0) }))
         let (stream, sink) = AsyncStream.makeStream(of: RoomEvent.self)
         events = stream
         let updates = client.events()

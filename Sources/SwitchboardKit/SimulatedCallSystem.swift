@@ -1,3 +1,4 @@
+import SwitchboardProtocol
 import Foundation
 import Synchronization
 
@@ -13,7 +14,7 @@ import Synchronization
 ///
 /// Everything is recorded in `timeline`; tests assert on it and on `violations`.
 public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
-    // Safety: all state is in `state`, under its Mutex; `delegate` is set once at start.
+    // Safety: all state is in `state`, under its lock; `delegate` is set once at start.
 
     /// A call as the simulated call UI knows it.
     public struct Call: Sendable, Equatable {
@@ -51,7 +52,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     public let actionTimeout: Duration
     /// Calls that may be up at once.
     public let maximumCallGroups: Int
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// A simulated call UI with iOS's limits.
     public init(actionTimeout: Duration = .seconds(10), maximumCallGroups: Int = 1) {

@@ -30,7 +30,7 @@ public enum ClientEvent: Sendable, Equatable {
 
 /// Fans client events out to every subscriber.
 final class Subscribers: Sendable {
-    private let continuations = Mutex<[UUID: AsyncStream<ClientEvent>.Continuation]>([:])
+    private let continuations = Locked<[UUID: AsyncStream<ClientEvent>.Continuation]>([:])
 
     func add() -> AsyncStream<ClientEvent> {
         let (stream, continuation) = AsyncStream.makeStream(of: ClientEvent.self)

@@ -1,5 +1,6 @@
 // The only Swift file that imports libcurl.
 
+import SwitchboardProtocol
 import CCurl
 import CShims
 import Foundation
@@ -202,7 +203,7 @@ public final class HTTP2Client: @unchecked Sendable {
 
     public let options: Options
     private let multi: UnsafeMutableRawPointer
-    private let queue = Mutex<[Transfer]>([])
+    private let queue = Locked<[Transfer]>([])
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private let connects = Atomic<Int>(0)

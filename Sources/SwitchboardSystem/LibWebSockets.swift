@@ -1,6 +1,7 @@
 // The only Swift file that imports libwebsockets. Everything above sees `EventLoop`,
 // `HTTPServer`, `WebSocketClient` and plain Swift values, never an lws pointer.
 
+import SwitchboardProtocol
 import CLibWebSockets
 import Foundation
 import Synchronization
@@ -17,15 +18,15 @@ import Synchronization
 /// `schedule(after:_:)`. Everything marked "loop thread only" must be called from code that
 /// already runs on the loop (a handler callback, an `execute` closure or a timer).
 public final class EventLoop: @unchecked Sendable {
-    // Safety: `context` is set once in init. `pending` is guarded by its Mutex. All other
+    // Safety: `context` is set once in init. `pending` is guarded by its lock. All other
     // stored state is touched only on the loop thread (checked by `assertOnLoop()`).
     fileprivate var context: OpaquePointer!
-    private let pending = Mutex<[@Sendable () -> Void]>([])
+    private let pending = Locked<[@Sendable () -> Void]>([])
     private let stopRequested = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private var thread: Thread?
     private var threadName = ""
-    private let loopThreadID = Mutex<pthread_t?>(nil)
+    private let loopThreadID = Locked<pthread_t?>(nil)
     private let protocols: UnsafeMutablePointer<lws_protocols>
     private let protocolNames: [UnsafeMutablePointer<CChar>]
     private let hostName: UnsafeMutablePointer<CChar>?

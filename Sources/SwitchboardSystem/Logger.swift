@@ -1,3 +1,4 @@
+import SwitchboardProtocol
 import Foundation
 import Synchronization
 
@@ -42,7 +43,7 @@ public struct Logger: Sendable {
 
         /// Keeps lines in memory (for tests that check what was logged).
         public static func memory() -> (Sink, @Sendable () -> [String]) {
-            let lines = Mutex<[String]>([])
+            let lines = Locked<[String]>([])
             let sink = Sink { line in lines.withLock { $0.append(line) } }
             return (sink, { lines.withLock { $0 } })
         }
@@ -120,7 +121,7 @@ public enum Redact {
 
 /// The logger used by C libraries' own diagnostics, which have no context to carry one.
 public enum SystemLog {
-    private static let current = Mutex(Logger())
+    private static let current = Locked(Logger())
 
     public static var logger: Logger {
         get { current.withLock { $0 } }

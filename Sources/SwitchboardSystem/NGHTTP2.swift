@@ -1,5 +1,6 @@
 // The only Swift file that imports nghttp2: an HTTP/2-over-TLS server for the APNs sandbox.
 
+import SwitchboardProtocol
 import CNGHTTP2
 import Foundation
 import Synchronization
@@ -9,7 +10,7 @@ import Synchronization
 /// answer later (added latency) and a connection may be sent GOAWAY on purpose.
 public final class HTTP2Server: @unchecked Sendable {
     // Safety: connection state, timers and the handler are used on the server's thread only;
-    // `pending` is guarded by its Mutex and the wake pipe is written from any thread.
+    // `pending` is guarded by its lock and the wake pipe is written from any thread.
 
     public struct Options: Sendable {
         public var host: String
@@ -84,7 +85,7 @@ public final class HTTP2Server: @unchecked Sendable {
     private var connections: [Int: Connection] = [:]
     private var nextConnection = 0
     private var timers = TimerHeap()
-    private let pending = Mutex<[@Sendable (HTTP2Server) -> Void]>([])
+    private let pending = Locked<[@Sendable (HTTP2Server) -> Void]>([])
     private let stopRequested = Atomic<Bool>(false)
     private let started = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)

@@ -51,7 +51,7 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
 /// One SQLite connection with a cache of prepared statements.
 ///
 /// Not thread-safe: the owner serialises use. `@unchecked Sendable` so a lock (the store's
-/// `Mutex`) can hand it to the code running under that lock.
+/// `Locked`) can hand it to the code running under that lock.
 public final class SQLiteDatabase: @unchecked Sendable {
     private var handle: OpaquePointer?
     private var statements: [String: OpaquePointer] = [:]

@@ -160,7 +160,7 @@ public final class APNsSandbox: Sendable {
     }
 
     public let configuration: Configuration
-    let state = Mutex(State())
+    let state = Locked(State())
     private let http2: HTTP2Server
     private let admin: SandboxAdmin
     private let adminServer: HTTPServer
@@ -189,7 +189,7 @@ public final class APNsSandbox: Sendable {
         let admin = SandboxAdmin(logger: logger)
         self.admin = admin
         let validator = SandboxValidator(configuration: configuration)
-        let holder = Mutex<APNsSandbox?>(nil)
+        let holder = Locked<APNsSandbox?>(nil)
         http2 = try HTTP2Server(options: options) { request, responder in
             holder.withLock { $0 }?.handle(request, responder: responder, validator: validator)
         }

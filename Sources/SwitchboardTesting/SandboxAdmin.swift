@@ -15,7 +15,7 @@ final class SandboxAdmin: HTTPServerHandler, @unchecked Sendable {
     private var pendingSubscriptions: [ConnectionID: String] = [:]
     private var tokenOfConnection: [ConnectionID: String] = [:]
     /// The tokens with a subscriber, readable from the HTTP/2 thread.
-    private let subscribedTokens = Mutex<Set<String>>([])
+    private let subscribedTokens = Locked<Set<String>>([])
     private let logger: Logger
     private let encoder: JSONEncoder = {
         let encoder = JSONEncoder()

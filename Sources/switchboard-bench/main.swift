@@ -310,6 +310,7 @@ func benchCalls(_ arguments: [String]) async throws {
     let seconds = Int(option("seconds", in: arguments) ?? "20") ?? 20
     let callerCount = Int(option("callers", in: arguments) ?? "50") ?? 50
     let calleeCount = Int(option("callees", in: arguments) ?? "500") ?? 500
+    let ringTimeout = Int(option("ring-timeout", in: arguments) ?? "120") ?? 120
     func token(_ identity: String) -> String {
         let claims = AccessTokenIssuer.claims(
             apiKey: apiKey, identity: identity, name: nil, grants: SwitchboardProtocol.Grants(call: true), ttlSeconds: 3600)
@@ -330,7 +331,7 @@ func benchCalls(_ arguments: [String]) async throws {
     for index in 0..<callerCount {
         callers.append(try await WebSocketClient.connect(to: URL(string: "\(server)/v1/ws?access_token=\(token("caller-\(run)-\(index)"))")!, on: loop))
     }
-    let calls = CallRun(callers: callers, callees: callees, rate: rate, total: rate * seconds, loop: loop)
+    let calls = CallRun(callers: callers, callees: callees, rate: rate, total: rate * seconds, ringTimeout: ringTimeout, loop: loop)
     let elapsed = await withCheckedContinuation { (done: CheckedContinuation<Double, Never>) in
         loop.execute { calls.start(done) }
     }
@@ -350,6 +351,7 @@ final class CallRun: @unchecked Sendable {
     let callees: [String]
     let rate: Int
     let total: Int
+    let ringTimeout: Int
     let loop: EventLoop
     var sent = 0
     var created = 0
@@ -360,11 +362,12 @@ final class CallRun: @unchecked Sendable {
     var started = ContinuousClock.now
     var done: CheckedContinuation<Double, Never>?
 
-    init(callers: [WebSocketClient], callees: [String], rate: Int, total: Int, loop: EventLoop) {
+    init(callers: [WebSocketClient], callees: [String], rate: Int, total: Int, ringTimeout: Int, loop: EventLoop) {
         self.callers = callers
         self.callees = callees
         self.rate = rate
         self.total = total
+        self.ringTimeout = ringTimeout
         self.loop = loop
         sentAt = Array(repeating: 0, count: total)
         replyLatencies.reserveCapacity(total)
@@ -406,7 +409,7 @@ final class CallRun: @unchecked Sendable {
             let callee = callees[sent % callees.count]
             sentAt[sent] = RelayRun.monotonicMicros()
             callers[sent % callers.count].send(
-                text: #"{"type":"call.create","id":\#(sent),"data":{"callees":["\#(callee)"],"ring_timeout_seconds":120}}"#)
+                text: #"{"type":"call.create","id":\#(sent),"data":{"callees":["\#(callee)"],"ring_timeout_seconds":\#(ringTimeout)}}"#)
             sent += 1
         }
         if sent < total { loop.schedule(after: .milliseconds(1)) { [self] in tick() } }
@@ -421,6 +424,8 @@ func benchChurn(_ arguments: [String]) async throws {
     else { fail("--server, --api-key and --api-secret are required") }
     let seconds = Int(option("seconds", in: arguments) ?? "60") ?? 60
     let parallel = Int(option("parallel", in: arguments) ?? "64") ?? 64
+    /// With --join-rooms N, each connection joins one of N rooms before it closes.
+    let joinRooms = option("join-rooms", in: arguments).flatMap { Int($0) }
     let loop = try EventLoop(name: "bench-churn")
     let started = ContinuousClock.now
     let deadline = started + .seconds(seconds)
@@ -436,11 +441,24 @@ func benchChurn(_ arguments: [String]) async throws {
                 while ContinuousClock.now < deadline {
                     round += 1
                     let claims = AccessTokenIssuer.claims(
-                        apiKey: apiKey, identity: "churn-\(worker)-\(round)", name: nil, grants: SwitchboardProtocol.Grants(), ttlSeconds: 600)
+                        apiKey: apiKey, identity: "churn-\(worker)-\(round)", name: nil,
+                        grants: SwitchboardProtocol.Grants(room: "churn-*", roomJoin: true), ttlSeconds: 600)
                     let token = AccessTokenVerifier.sign(claims, secret: secret)
                     do {
                         let client = try await WebSocketClient.connect(to: URL(string: "\(server)/v1/ws?access_token=\(token)")!, on: loop)
                         counts.connected.add(1, ordering: .relaxed)
+                        if let rooms = joinRooms {
+                            // Join one of a few shared rooms, wait for the answer, then leave by closing.
+                            client.send(text: #"{"type":"room.join","id":1,"data":{"room":"churn-\#((worker + round) % rooms)"}}"#)
+                            for await event in client.events {
+                                guard case .text(let text) = event else { break }
+                                if text.hasPrefix(#"{"type":"ok""#) { break }
+                                if text.hasPrefix(#"{"type":"error""#) {
+                                    counts.failed.add(1, ordering: .relaxed)
+                                    break
+                                }
+                            }
+                        }
                         client.close()
                         for await event in client.events { if case .closed = event { break } }
                     } catch {
@@ -473,6 +491,6 @@ default:
     fail("usage: switchboard-bench push --url URL --ca-file PEM [--count N] [--concurrency C] [--connections K]\n"
         + "       switchboard-bench relay --server ws://HOST:PORT --api-key K --api-secret S [--pairs N] [--messages M] [--window W | --rate PER_SECOND]\n"
         + "       switchboard-bench idle --server ws://HOST:PORT --api-key K --api-secret S [--connections N] [--parallel P] [--hold SECONDS]\n"
-        + "       switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND] [--seconds N] [--callers C] [--callees D]\n"
-        + "       switchboard-bench churn --server ws://HOST:PORT --api-key K --api-secret S [--seconds N] [--parallel P]")
+        + "       switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND] [--seconds N] [--callers C] [--callees D] [--ring-timeout S]\n"
+        + "       switchboard-bench churn --server ws://HOST:PORT --api-key K --api-secret S [--seconds N] [--parallel P] [--join-rooms N]")
 }

@@ -30,7 +30,7 @@ let version = "0.1.0"
 /// cooperative pool held in a wait would leave the server's push tasks one thread short
 /// (measured: call setup p99 from under 1 ms to 730 ms with the server on one core).
 func waitForTermination() async {
-    let waiting = Mutex<CheckedContinuation<Void, Never>?>(nil)
+    let waiting = Locked<CheckedContinuation<Void, Never>?>(nil)
     var sources: [any DispatchSourceSignal] = []
     await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
         waiting.withLock { $0 = continuation }

@@ -47,7 +47,7 @@ final class CallSetupClock: Sendable {
 
 /// Call ids still ringing, shared with push tasks (no push retry once a call stops ringing).
 final class RingingSet: Sendable {
-    private let ids = Mutex<Set<String>>([])
+    private let ids = Locked<Set<String>>([])
     func insert(_ id: String) { _ = ids.withLock { $0.insert(id) } }
     func remove(_ id: String) { _ = ids.withLock { $0.remove(id) } }
     func contains(_ id: String) -> Bool { ids.withLock { $0.contains(id) } }

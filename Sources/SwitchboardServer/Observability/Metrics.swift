@@ -1,3 +1,4 @@
+import SwitchboardProtocol
 import Foundation
 import Synchronization
 
@@ -51,7 +52,7 @@ public final class Metrics: Sendable {
         var summaries: [Key: Window] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Counters bumped for every message: plain atomics, no lock, no label lookup.
     public final class HotCounter: Sendable {

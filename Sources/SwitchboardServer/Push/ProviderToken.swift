@@ -1,3 +1,4 @@
+import SwitchboardProtocol
 import Foundation
 import Synchronization
 import SwitchboardSystem
@@ -18,7 +19,7 @@ public final class ProviderTokenCache: Sendable {
     public let refreshInterval: Duration
     private let key: ECPrivateKey
     private let clock: @Sendable () -> Date
-    private let current = Mutex<Token?>(nil)
+    private let current = Locked<Token?>(nil)
     private let mints = Atomic<Int>(0)
 
     public init(

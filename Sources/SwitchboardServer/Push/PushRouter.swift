@@ -1,3 +1,4 @@
+import SwitchboardProtocol
 import Foundation
 import Synchronization
 import SwitchboardSystem
@@ -13,7 +14,7 @@ final class PushRouter: Sendable {
     private let caFile: String?
     /// Where certificate credentials are written for libcurl (readable by this user only).
     private let credentialsDirectory: String
-    private let services = Mutex<[String: PushService]>([:])
+    private let services = Locked<[String: PushService]>([:])
 
     init(store: Store, metrics: Metrics, logger: Logger, baseURL: String?, caFile: String?, credentialsDirectory: String) {
         self.credentialsDirectory = credentialsDirectory

@@ -1,3 +1,4 @@
+import SwitchboardProtocol
 import Dispatch
 import Foundation
 import Synchronization
@@ -108,10 +109,10 @@ public final class Store: Sendable {
     ]
 
     public let path: String
-    private let writer: Mutex<SQLiteDatabase?>
-    private let reader: Mutex<SQLiteDatabase?>
+    private let writer: Locked<SQLiteDatabase?>
+    private let reader: Locked<SQLiteDatabase?>
     private let queue = DispatchQueue(label: "switchboard.store.writer")
-    private let apps = Mutex<[String: App]>([:])
+    private let apps = Locked<[String: App]>([:])
     private let metrics: Metrics?
     private let logger: Logger
 
@@ -129,8 +130,8 @@ public final class Store: Sendable {
         try database.execute("PRAGMA foreign_keys = ON")
         try Self.migrate(database, logger: logger)
         let loaded = try Self.loadApps(database)
-        writer = Mutex(database)
-        reader = Mutex(try SQLiteDatabase(path: path, readOnly: true))
+        writer = Locked(database)
+        reader = Locked(try SQLiteDatabase(path: path, readOnly: true))
         apps.withLock { $0 = Dictionary(uniqueKeysWithValues: loaded.map { ($0.apiKey, $0) }) }
     }
 
