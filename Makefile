@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 SWIFT ?= swift
 VENV := .build/venv
 
-.PHONY: run test build deps test-deps autobahn interop bench fuzz test-sanitize clean
+.PHONY: run test build deps test-deps autobahn interop bench fuzz test-sanitize soak clean
 
 run: deps
 	$(SWIFT) build -c release --product switchboard
@@ -44,6 +44,10 @@ bench: test-deps
 # libFuzzer on every parser of outside input, FUZZ_SECONDS (default 60) per target.
 fuzz: deps
 	scripts/fuzz.sh run
+
+# Ten minutes (SOAK_SECONDS) of idle connections, churn, rooms, relay and ringing on one server.
+soak: deps
+	scripts/soak.sh
 
 # The Swift tests under AddressSanitizer, then ThreadSanitizer (separate build directories).
 # Leak reports at exit are off: objects alive until a process ends (its event loop, the test

@@ -35,7 +35,7 @@ key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key"]
 secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_secret"])' "$out/app.json")
 "$bin/switchboard" app push-key --api-key "$key" --key-file "$out/key.p8" --key-id SOAK123456 --team-id TEAM123456 --data-dir "$out/data" >/dev/null
 taskset -c 0 "$bin/switchboard" serve --port 0 --data-dir "$out/data" --apns-url "$apns_url" --apns-ca-file "$apns_cert" \
-  --messages-per-second 10000 --message-burst 10000 --log-level warn >"$out/serve.out" 2>"$out/serve.err" &
+  --messages-per-second 10000 --message-burst 10000 --invites-per-minute 1000 --invites-per-pair-per-minute 100 --log-level warn >"$out/serve.out" 2>"$out/serve.err" &
 server=$!
 for _ in $(seq 1 100); do grep -q "Switchboard is running" "$out/serve.out" 2>/dev/null && break; sleep 0.1; done
 port=$(sed -n 's/.*Switchboard is running: http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$out/serve.out")

@@ -201,7 +201,7 @@ final class RelayRun: @unchecked Sendable {
                 } else if text.hasPrefix(#"{"type":"ok","id":1"#) {
                     joined += 1
                     if joined == clients.count { startSenders() }
-                } else if text.hasPrefix(#"{"type":"error""#) {
+                } else if text.contains(#""type":"error""#) {
                     fail("receiver \(index): \(text)")
                 }
             }
@@ -242,7 +242,7 @@ final class RelayRun: @unchecked Sendable {
                         sender.send(text: frame)
                         sent += 1
                     }
-                } else if text.hasPrefix(#"{"type":"error""#) {
+                } else if text.contains(#""type":"error""#) {
                     fail("sender \(index): \(text)")
                 }
             }
@@ -378,11 +378,12 @@ final class CallRun: @unchecked Sendable {
         for caller in callers {
             caller.handleEventsOnLoop { [self] event in
                 guard case .text(let text) = event else { return }
-                guard text.hasPrefix(#"{"type":"ok","id":"#) || text.hasPrefix(#"{"type":"error""#) else { return }
+                // Replies only (error replies' keys come in any order); events are skipped.
+                guard text.hasPrefix(#"{"type":"ok","id":"#) || text.contains(#""type":"error""#) else { return }
                 guard let reply = try? JSONDecoder().decode(SwitchboardProtocol.JSONValue.self, from: Data(text.utf8)),
                     case .int(let id)? = reply["id"], id >= 0, Int(id) < total
                 else { return }
-                if text.hasPrefix(#"{"type":"ok""#) {
+                if reply["type"]?.stringValue == "ok" {
                     created += 1
                     replyLatencies.append(RelayRun.monotonicMicros() &- sentAt[Int(id)])
                 } else {
@@ -453,7 +454,7 @@ func benchChurn(_ arguments: [String]) async throws {
                             for await event in client.events {
                                 guard case .text(let text) = event else { break }
                                 if text.hasPrefix(#"{"type":"ok""#) { break }
-                                if text.hasPrefix(#"{"type":"error""#) {
+                                if text.contains(#""type":"error""#) {
                                     counts.failed.add(1, ordering: .relaxed)
                                     break
                                 }
