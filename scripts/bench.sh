@@ -23,6 +23,12 @@ wait_for() {  # wait_for FILE PATTERN
 }
 
 
+start_reference() {  # start_reference PORT: the Python websockets relay (the reference server) on core 0
+  taskset -c 0 "$venv/bin/python" bench/websockets_relay.py --port "$1" >"$out/py.out" 2>&1 &
+  server=$!
+  wait_for "$out/py.out" listening
+}
+
 start_switchboard() {  # start_switchboard DATA_DIR [SERVE_ARGS...]: a fresh app and server on core 0
   local data=$1; shift
   "$bin/switchboard" app create --name Bench --bundle-id com.example.bench --data-dir "$data" >"$out/app.json"
@@ -137,9 +143,7 @@ for run in $(seq 1 "$runs"); do
   kill "$server"; wait "$server" 2>/dev/null || true
 
   # The peer relay: Python websockets, the same messages and replies.
-  taskset -c 0 "$venv/bin/python" bench/websockets_relay.py --port 18390 >"$out/py.out" 2>&1 &
-  server=$!
-  wait_for "$out/py.out" listening
+  start_reference 18390
   relay_run websockets "$server" "ws://127.0.0.1:18390" none none
   kill "$server"; wait "$server" 2>/dev/null || true
 
@@ -261,9 +265,7 @@ for run in $(seq 1 "$runs"); do
     kill "$server"; wait "$server" 2>/dev/null || true
   done
 
-  taskset -c 0 "$venv/bin/python" bench/websockets_relay.py --port 18394 >"$out/py.out" 2>&1 &
-  server=$!
-  wait_for "$out/py.out" listening
+  start_reference 18394
   latency_run websockets "$server" "ws://127.0.0.1:18394" none none "$common_rate"
   kill "$server"; wait "$server" 2>/dev/null || true
 done
@@ -347,9 +349,7 @@ for run in $(seq 1 "$runs"); do
   idle_run switchboard "$server" "ws://127.0.0.1:$port" "$key" "$secret"
   kill "$server"; wait "$server" 2>/dev/null || true
 
-  taskset -c 0 "$venv/bin/python" bench/websockets_relay.py --port 18393 >"$out/py.out" 2>&1 &
-  server=$!
-  wait_for "$out/py.out" listening
+  start_reference 18393
   idle_run websockets "$server" "ws://127.0.0.1:18393" none none
   kill "$server"; wait "$server" 2>/dev/null || true
 done
@@ -426,9 +426,7 @@ PY
 start_switchboard "$out/churn"
 churn_run switchboard "$server" "ws://127.0.0.1:$port" "$key" "$secret"
 kill "$server"; wait "$server" 2>/dev/null || true
-taskset -c 0 "$venv/bin/python" bench/websockets_relay.py --port 18395 >"$out/py.out" 2>&1 &
-server=$!
-wait_for "$out/py.out" listening
+start_reference 18395
 churn_run websockets "$server" "ws://127.0.0.1:18395" none none
 kill "$server"; wait "$server" 2>/dev/null || true
 cat "$out/churn.jsonl"

@@ -29,6 +29,14 @@ func emit(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
+/// --server, --api-key and --api-secret, which every load against a Switchboard needs.
+func serverOptions(_ arguments: [String]) -> (server: String, apiKey: String, secret: String) {
+    guard let server = option("server", in: arguments), let apiKey = option("api-key", in: arguments),
+        let secret = option("api-secret", in: arguments)
+    else { fail("--server, --api-key and --api-secret are required") }
+    return (server, apiKey, secret)
+}
+
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data((message + "\n").utf8))
     exit(2)
@@ -82,9 +90,7 @@ func benchPush(_ arguments: [String]) async throws {
 /// Everything after connecting runs in event handlers on the loop thread, so the generator
 /// spends its core on frames, not on hops between threads.
 func benchRelay(_ arguments: [String]) async throws {
-    guard let server = option("server", in: arguments), let apiKey = option("api-key", in: arguments),
-        let secret = option("api-secret", in: arguments)
-    else { fail("--server, --api-key and --api-secret are required") }
+    let (server, apiKey, secret) = serverOptions(arguments)
     let pairs = Int(option("pairs", in: arguments) ?? "50") ?? 50
     let total = Int(option("messages", in: arguments) ?? "200000") ?? 200_000
     let window = Int(option("window", in: arguments) ?? "20") ?? 20
@@ -255,9 +261,7 @@ final class RelayRun: @unchecked Sendable {
 /// time), prints how fast they connected, then holds them open `hold` seconds (long enough for
 /// the server's keepalive pings) and prints how many are still open.
 func benchIdle(_ arguments: [String]) async throws {
-    guard let server = option("server", in: arguments), let apiKey = option("api-key", in: arguments),
-        let secret = option("api-secret", in: arguments)
-    else { fail("--server, --api-key and --api-secret are required") }
+    let (server, apiKey, secret) = serverOptions(arguments)
     let count = Int(option("connections", in: arguments) ?? "10000") ?? 10_000
     let parallel = Int(option("parallel", in: arguments) ?? "64") ?? 64
     let hold = Int(option("hold", in: arguments) ?? "30") ?? 30
@@ -303,9 +307,7 @@ func benchIdle(_ arguments: [String]) async throws {
 /// Call setup: callers on one loop start calls at a steady rate; each call rings one callee's
 /// registered iPhone (a VoIP push to the APNs the server is configured with).
 func benchCalls(_ arguments: [String]) async throws {
-    guard let server = option("server", in: arguments), let apiKey = option("api-key", in: arguments),
-        let secret = option("api-secret", in: arguments)
-    else { fail("--server, --api-key and --api-secret are required") }
+    let (server, apiKey, secret) = serverOptions(arguments)
     let rate = Int(option("rate", in: arguments) ?? "500") ?? 500
     let seconds = Int(option("seconds", in: arguments) ?? "20") ?? 20
     let callerCount = Int(option("callers", in: arguments) ?? "50") ?? 50
@@ -420,9 +422,7 @@ final class CallRun: @unchecked Sendable {
 /// Churn: `parallel` workers each connect an authenticated WebSocket (a fresh JWT each time),
 /// close it, wait for the close to finish, and go again, for `seconds`. Prints connects/s.
 func benchChurn(_ arguments: [String]) async throws {
-    guard let server = option("server", in: arguments), let apiKey = option("api-key", in: arguments),
-        let secret = option("api-secret", in: arguments)
-    else { fail("--server, --api-key and --api-secret are required") }
+    let (server, apiKey, secret) = serverOptions(arguments)
     let seconds = Int(option("seconds", in: arguments) ?? "60") ?? 60
     let parallel = Int(option("parallel", in: arguments) ?? "64") ?? 64
     /// With --join-rooms N, each connection joins one of N rooms before it closes.

@@ -404,6 +404,27 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(try await event(alice, "call.ringing").data?["callee"] == "bob")
     }
 
+    @Test func registrationsPastTheDeviceLimitAreRefusedAndUpdatesStillWork() async throws {
+        let fixture = try CallFixture { $0.limits.maxDevicesPerUser = 2 }
+        defer { fixture.stop() }
+        try await fixture.registerPhone("alice", device: "one", seed: 1)
+        try await fixture.registerPhone("alice", device: "two", seed: 2)
+        func put(_ device: String) async throws -> HTTPClientResponse {
+            try await HTTPClient.request(
+                "PUT", fixture.server.baseURL + "/v1/devices/\(device)", headers: [("Authorization", "Bearer " + fixture.token("alice"))],
+                body: Array(#"{"platform":"web"}"#.utf8))
+        }
+        let third = try await put("three")
+        #expect(third.status == 409, "\(third.text)")
+        #expect(third.text.contains("conflict"))
+        #expect(try await put("one").status == 200, "re-registering a known device is always allowed")
+        let removed = try await HTTPClient.request(
+            "DELETE", fixture.server.baseURL + "/v1/devices/two", headers: [("Authorization", "Bearer " + fixture.token("alice"))])
+        #expect(removed.status == 204)
+        #expect(try await put("three").status == 200)
+        try await fixture.registerPhone("bob", device: "one", seed: 3)  // the limit is per user
+    }
+
     @Test func devicesAreListedWithTokensRedactedAndTokensMoveBetweenUsers() async throws {
         let fixture = try CallFixture()
         defer { fixture.stop() }

@@ -57,8 +57,13 @@ extension Store {
 
     /// Registers (or updates) a device. A token registered by another user or device moves here;
     /// a rotated token replaces the old one.
-    public func register(_ device: Device) throws {
+    /// Registers (or updates) a device; a new one past `limit` devices for its user is refused.
+    public func register(_ device: Device, limit: Int = .max) throws {
         _ = try write { database in
+            let others = try database.query(
+                "SELECT COUNT(*) FROM devices WHERE app_id = ? AND user_id = ? AND device_id != ?",
+                [.text(device.appID), .text(device.userID), .text(device.deviceID)])
+            if let count = others.first?[0].int64, count >= Int64(limit) { throw DeviceLimitReached(limit: limit) }
             for (column, token) in [("voip_token", device.voipToken), ("apns_token", device.apnsToken)] {
                 guard let token else { continue }
                 try database.query(
@@ -318,4 +323,9 @@ extension Store {
             }
         }
     }
+}
+
+/// A user already has the most devices allowed (`max_devices_per_user`).
+public struct DeviceLimitReached: Error, Sendable {
+    public var limit: Int
 }

@@ -75,7 +75,9 @@ extension Gateway {
                 apnsToken: body.apnsToken?.lowercased(), environment: environment, bundleID: body.bundleID ?? app.bundleID,
                 callKitEnabled: body.callKitEnabled ?? (body.platform == "ios"), appVersion: body.appVersion,
                 updatedAt: Int64(Date().timeIntervalSince1970 * 1000))
-            do { try hub.store.register(device) } catch {
+            do { try hub.store.register(device, limit: configuration.limits.maxDevicesPerUser) } catch let full as DeviceLimitReached {
+                return ("/v1/devices/{id}", fail(ErrorBody(.conflict, "a user may register at most \(full.limit) devices; remove one first")))
+            } catch {
                 logger.error("device registration failed", ["error": "\(error)"])
                 return ("/v1/devices/{id}", fail(ErrorBody(.internal, "could not save the device")))
             }
