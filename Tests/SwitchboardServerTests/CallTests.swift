@@ -404,6 +404,57 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(try await event(alice, "call.ringing").data?["callee"] == "bob")
     }
 
+    /// A ring storm while APNs misbehaves: bursts of 429 and 503, GOAWAY every few streams and
+    /// slow answers. Every push ends in a recorded outcome, and no phone rings twice.
+    @Test func aRingStormThroughAPNsFaultsRecordsEveryOutcomeAndRingsNoPhoneTwice() async throws {
+        let fixture = try CallFixture()
+        defer { fixture.stop() }
+        let callees = (0..<24).map { "callee\($0)" }
+        var tokens: [String: String] = [:]
+        for (index, callee) in callees.enumerated() {
+            tokens[callee] = try await fixture.registerPhone(callee, device: "phone", seed: 7000 + index).voip
+        }
+        fixture.sandbox.inject(.status(429, count: 6))
+        fixture.sandbox.inject(.goAway(afterStreams: 5))
+        fixture.sandbox.inject(.latency(.milliseconds(30)))
+        let caller = try await fixture.connect("alice", device: "alice-phone")
+        var calls: [String: String] = [:]
+        for (index, callee) in callees.enumerated() {
+            if index == 12 { fixture.sandbox.inject(.status(503, count: 6)) }
+            calls[callee] = try await fixture.call(caller, to: [callee], timeout: 60)
+        }
+        // Every push has an outcome in its call's trace: accepted here, after the retries.
+        let started = calls
+        try await within(.seconds(20), "an outcome for every push") {
+            while true {
+                var settled = 0
+                for callID in started.values {
+                    let trace = try await fixture.get("/v1/calls/\(callID)/trace", as: "alice")
+                    guard case .array(let entries)? = trace["trace"] else { continue }
+                    if entries.contains(where: { $0["channel"] == "voip_push" && ($0["event"] == "apns_accepted" || $0["event"] == "apns_refused") }) {
+                        settled += 1
+                    }
+                }
+                if settled == started.count { return }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        for (callee, callID) in calls {
+            let trace = try await fixture.get("/v1/calls/\(callID)/trace", as: "alice")
+            guard case .array(let entries)? = trace["trace"] else { throw Timeout(what: "a trace") }
+            let outcomes = entries.filter { $0["channel"] == "voip_push" && ($0["event"] == "apns_accepted" || $0["event"] == "apns_refused") }
+            #expect(outcomes.count == 1, "\(callee): one outcome per push, got \(outcomes.count)")
+            #expect(outcomes.first?["event"] == "apns_accepted", "\(callee): \(String(describing: outcomes.first))")
+            // The phone rang once: one accepted VoIP push for this call, to this token.
+            #expect(fixture.pushes(type: "voip", callID: callID, token: tokens[callee]).count == 1, "\(callee) rang more than once")
+        }
+        // The faults happened (the 503 burst replaces whatever is left of the 429 one).
+        #expect(fixture.sandbox.records.filter { $0.status == 503 }.count == 6)
+        #expect(fixture.sandbox.records.contains { $0.status == 429 })
+        #expect(Set(fixture.sandbox.records.map(\.connection)).count > 2, "GOAWAY moved the pushes to new connections")
+        #expect(fixture.server.server.metrics.counter("switchboard_apns_pushes_total", ["type": "voip", "reason": "Success"]) == Double(callees.count))
+    }
+
     @Test func registrationsPastTheDeviceLimitAreRefusedAndUpdatesStillWork() async throws {
         let fixture = try CallFixture { $0.limits.maxDevicesPerUser = 2 }
         defer { fixture.stop() }
