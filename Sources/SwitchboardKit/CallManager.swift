@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import SwitchboardProtocol
 
 /// What the call manager tells the app.

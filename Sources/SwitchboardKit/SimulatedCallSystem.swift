@@ -1,6 +1,5 @@
 import SwitchboardProtocol
 import Foundation
-import Synchronization
 
 /// A call UI that runs anywhere and enforces what iOS enforces, so call flows are tested
 /// without a phone:

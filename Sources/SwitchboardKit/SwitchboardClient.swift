@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import SwitchboardProtocol
 
 /// Why a client command failed.

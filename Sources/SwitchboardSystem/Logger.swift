@@ -1,6 +1,5 @@
 import SwitchboardProtocol
 import Foundation
-import Synchronization
 
 /// A structured logger writing one `key=value` line per event:
 /// `ts=2026-11-30T21:51:40.123Z level=info msg="call created" call=6F1C… user=alice`.

@@ -1,6 +1,5 @@
 import Dispatch
 import Foundation
-import Synchronization
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem

@@ -1,6 +1,5 @@
 import SwitchboardProtocol
 import Foundation
-import Synchronization
 import SwitchboardSystem
 
 /// Picks the APNs client for each push: one per (app, environment), built from the app's key

@@ -1,7 +1,6 @@
 import SwitchboardProtocol
 import Dispatch
 import Foundation
-import Synchronization
 import SwitchboardSystem
 
 /// The embedded store: one SQLite file in WAL mode under the data directory.
