@@ -52,9 +52,10 @@ soak: deps
 # The Swift tests under AddressSanitizer, then ThreadSanitizer (separate build directories).
 # Leak reports at exit are off: objects alive until a process ends (its event loop, the test
 # harness's own) are not leaks, and a report written to a pipe nobody reads yet blocks the child.
+# Deadline checks in the tests are stretched (SWITCHBOARD_TEST_SLOWDOWN) for the sanitizers' cost.
 test-sanitize: test-deps
-	ASAN_OPTIONS=detect_leaks=0 $(SWIFT) test --sanitize=address --scratch-path .build/asan
-	$(SWIFT) test --sanitize=thread --scratch-path .build/tsan
+	ASAN_OPTIONS=detect_leaks=0 SWITCHBOARD_TEST_SLOWDOWN=5 $(SWIFT) test --sanitize=address --scratch-path .build/asan
+	SWITCHBOARD_TEST_SLOWDOWN=10 $(SWIFT) test --sanitize=thread --scratch-path .build/tsan
 
 clean:
 	rm -rf .build

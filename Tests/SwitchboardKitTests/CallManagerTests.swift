@@ -1,18 +1,10 @@
 import Foundation
-import Synchronization
 import SwitchboardKit
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
-
-/// A value under a lock that closures can share.
-final class Locked<Value: Sendable>: Sendable {
-    private let mutex: Mutex<Value>
-    init(_ value: Value) { mutex = Mutex(value) }
-    func withLock<T>(_ body: (inout Value) -> T) -> T { mutex.withLock { body(&$0) } }
-}
 
 struct Timeout: Error, CustomStringConvertible {
     var what: String

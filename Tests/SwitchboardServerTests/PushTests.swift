@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
@@ -8,7 +7,7 @@ import Testing
 
 /// A clock tests move by hand, shared by the client and the sandbox.
 final class ManualClock: Sendable {
-    private let now = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
+    private let now = Locked(Date(timeIntervalSince1970: 1_800_000_000))
     var date: Date { now.withLock { $0 } }
     func advance(by seconds: TimeInterval) { now.withLock { $0 = $0.addingTimeInterval(seconds) } }
     var function: @Sendable () -> Date { { self.date } }
@@ -259,11 +258,11 @@ final class PushFixture: Sendable {
 
         push.sandbox.inject(.status(429, count: 10_000))
         let started = ContinuousClock.now
-        let gaveUp = await push.client.send(push.voip(2), deadline: .now + .milliseconds(600))
+        let gaveUp = await push.client.send(push.voip(2), deadline: .now + .milliseconds(600) * testSlowdown)
         let elapsed = ContinuousClock.now - started
         #expect(gaveUp.failure == .tooManyRequests)
         #expect(gaveUp.attempts >= 3)
-        #expect(elapsed < .milliseconds(900), "stopped at the deadline, took \(elapsed)")
+        #expect(elapsed < .milliseconds(900) * testSlowdown, "stopped at the deadline, took \(elapsed)")
     }
 
     @Test func goAwayInTheMiddleOf1000ConcurrentPushesAnswersEachExactlyOnce() async throws {

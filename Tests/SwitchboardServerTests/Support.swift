@@ -1,4 +1,3 @@
-import Synchronization
 import Foundation
 import SwitchboardProtocol
 import SwitchboardServer
@@ -6,6 +5,10 @@ import SwitchboardSystem
 import Testing
 
 /// A real server on 127.0.0.1 with a free port and a fresh data directory, and one app.
+/// How much slower than usual the tests run (`SWITCHBOARD_TEST_SLOWDOWN`, set by
+/// `make test-sanitize`): tests that check a deadline stretch it by this much.
+let testSlowdown = Int(ProcessInfo.processInfo.environment["SWITCHBOARD_TEST_SLOWDOWN"] ?? "") ?? 1
+
 final class TestServer: Sendable {
     let server: SwitchboardServer
     let app: App
@@ -97,12 +100,12 @@ final class TestClient: Sendable {
 
     /// Events received and not read yet.
     final class Inbox: Sendable {
-        private let events = Mutex<[WebSocketClient.Event]>([])
+        private let events = Locked<[WebSocketClient.Event]>([])
         func withLock<T>(_ body: (inout [WebSocketClient.Event]) -> T) -> T { events.withLock { body(&$0) } }
     }
 
     /// Envelopes read while waiting for a reply, handed out first by `nextEnvelope`.
-    private let stash = Mutex<[Envelope]>([])
+    private let stash = Locked<[Envelope]>([])
 
     init(_ socket: WebSocketClient) {
         self.socket = socket
