@@ -1,3 +1,4 @@
+#include <string.h>
 #include "CShims.h"
 
 CURLcode sb_curl_easy_setopt_long(CURL *handle, CURLoption option, long value) {
@@ -40,4 +41,102 @@ int sb_sqlite3_bind_text_transient(sqlite3_stmt *stmt, int index, const char *te
 
 int sb_sqlite3_bind_blob_transient(sqlite3_stmt *stmt, int index, const void *data, int length) {
     return sqlite3_bind_blob(stmt, index, data, length, SQLITE_TRANSIENT);
+}
+
+static size_t sb_curl_body_read(char *buffer, size_t size, size_t count, void *user) {
+    sb_curl_body *body = user;
+    size_t room = size * count;
+    size_t left = body->length - body->offset;
+    size_t n = left < room ? left : room;
+    memcpy(buffer, body->data + body->offset, n);
+    body->offset += n;
+    return n;
+}
+
+void sb_curl_goaways_init(sb_curl_goaways *goaways) {
+    for (int i = 0; i < SB_CURL_GOAWAY_SLOTS; i++) {
+        goaways->connection[i] = -1;
+        goaways->last_stream[i] = -1;
+    }
+    goaways->next = 0;
+}
+
+static int sb_curl_body_seek(void *user, curl_off_t offset, int origin) {
+    sb_curl_body *body = user;
+    int refused_unprocessed = 0;
+    /* The rewind comes after libcurl has moved the request to its new connection: judge by the
+     * connection and stream it was on when that one ended. */
+    if (body->ended_connection >= 0 && body->ended_stream > 0) {
+        for (int i = 0; i < SB_CURL_GOAWAY_SLOTS; i++) {
+            if (body->goaways->connection[i] == body->ended_connection && body->ended_stream > body->goaways->last_stream[i]) {
+                refused_unprocessed = 1;
+            }
+        }
+    }
+    if (!refused_unprocessed || origin != SEEK_SET || offset != 0) {
+        body->refused_rewind = 1;
+        return CURL_SEEKFUNC_FAIL;
+    }
+    body->offset = 0;
+    return CURL_SEEKFUNC_OK;
+}
+
+/* The number after `marker` in `text` (not NUL-terminated), or -1. */
+static long sb_number_after(const char *text, size_t size, const char *marker) {
+    size_t length = strlen(marker);
+    for (size_t i = 0; i + length <= size; i++) {
+        if (memcmp(text + i, marker, length) != 0) continue;
+        size_t j = i + length;
+        if (j >= size || text[j] < '0' || text[j] > '9') return -1;
+        long value = 0;
+        while (j < size && text[j] >= '0' && text[j] <= '9' && value < 100000000000L) value = value * 10 + (text[j++] - '0');
+        return value;
+    }
+    return -1;
+}
+
+static int sb_starts_with(const char *text, size_t size, const char *prefix) {
+    size_t length = strlen(prefix);
+    return size >= length && memcmp(text, prefix, length) == 0;
+}
+
+static int sb_curl_body_debug(CURL *handle, curl_infotype type, char *text, size_t size, void *user) {
+    (void)handle;
+    if (type != CURLINFO_TEXT) return 0;
+    sb_curl_body *body = user;
+    long number;
+    if (sb_starts_with(text, size, "Connected to ")) {
+        /* "Connected to HOST (ADDRESS) port P (#N)" */
+        body->connection = sb_number_after(text, size, "(#");
+        body->stream = -1;
+    } else if (sb_starts_with(text, size, "Re-using existing connection #")) {
+        body->connection = sb_number_after(text, size, "connection #");
+        body->stream = -1;
+    } else if (sb_starts_with(text, size, "Using Stream ID: ")) {
+        body->stream = sb_number_after(text, size, "Stream ID: ");
+    } else if (sb_starts_with(text, size, "Connection died")) {
+        body->ended_connection = body->connection;
+        body->ended_stream = body->stream;
+    } else if ((number = sb_number_after(text, size, "GOAWAY, error=")) >= 0 && body->connection >= 0) {
+        long last = sb_number_after(text, size, "last_stream=");
+        if (last >= 0) {
+            sb_curl_goaways *goaways = body->goaways;
+            goaways->connection[goaways->next] = body->connection;
+            goaways->last_stream[goaways->next] = last;
+            goaways->next = (goaways->next + 1) % SB_CURL_GOAWAY_SLOTS;
+        }
+    }
+    return 0;
+}
+
+CURLcode sb_curl_easy_set_body(CURL *handle, sb_curl_body *body) {
+    CURLcode result = curl_easy_setopt(handle, CURLOPT_READFUNCTION, sb_curl_body_read);
+    if (result == CURLE_OK) result = curl_easy_setopt(handle, CURLOPT_READDATA, body);
+    if (result == CURLE_OK) result = curl_easy_setopt(handle, CURLOPT_SEEKFUNCTION, sb_curl_body_seek);
+    if (result == CURLE_OK) result = curl_easy_setopt(handle, CURLOPT_SEEKDATA, body);
+    if (result == CURLE_OK) result = curl_easy_setopt(handle, CURLOPT_DEBUGFUNCTION, sb_curl_body_debug);
+    if (result == CURLE_OK) result = curl_easy_setopt(handle, CURLOPT_DEBUGDATA, body);
+    if (result == CURLE_OK) result = curl_easy_setopt(handle, CURLOPT_VERBOSE, 1L);
+    if (result == CURLE_OK) result = curl_easy_setopt(handle, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->length);
+    return result;
 }

@@ -157,7 +157,8 @@ public struct HTTP2TransportError: Error, Sendable, CustomStringConvertible {
 /// up to `maxConnections`; each connection carries at most the server's
 /// SETTINGS_MAX_CONCURRENT_STREAMS (and `maxConcurrentStreams`) at once. Requests the server
 /// refused unprocessed (REFUSED_STREAM, or above a GOAWAY's last stream id) are retried by
-/// libcurl on a new connection.
+/// libcurl on a new connection. A request whose connection died after it was sent is not:
+/// it fails, because the server may have processed it.
 public final class HTTP2Client: @unchecked Sendable {
     // Safety: `multi` is touched only on the client's thread; `queue` and `stopping` are guarded.
 
@@ -187,22 +188,32 @@ public final class HTTP2Client: @unchecked Sendable {
         var headers: [String: String] = [:]
         var headerList: UnsafeMutablePointer<curl_slist>?
         let payload: UnsafeMutableBufferPointer<UInt8>
+        /// What libcurl reads the payload through (and whether it may rewind it to resend).
+        let source: UnsafeMutablePointer<sb_curl_body>
 
         init(request: HTTP2Request, continuation: CheckedContinuation<HTTPClientResponse, any Error>) {
             self.request = request
             self.continuation = continuation
             payload = .allocate(capacity: max(request.body.count, 1))
             _ = payload.initialize(from: request.body)
+            source = .allocate(capacity: 1)
+            source.initialize(
+                to: sb_curl_body(
+                    data: payload.baseAddress, length: request.body.count, offset: 0, goaways: nil, connection: -1, stream: -1,
+                    ended_connection: -1, ended_stream: -1, refused_rewind: 0))
         }
 
         deinit {
             curl_slist_free_all(headerList)
             payload.deallocate()
+            source.deallocate()
         }
     }
 
     public let options: Options
     private let multi: UnsafeMutableRawPointer
+    /// GOAWAYs seen per connection: which requests libcurl may safely resend.
+    private let goaways: UnsafeMutablePointer<sb_curl_goaways>
     private let queue = Locked<[Transfer]>([])
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
@@ -213,6 +224,8 @@ public final class HTTP2Client: @unchecked Sendable {
         _ = HTTPClient.globalInitOnce
         self.options = options
         multi = curl_multi_init()
+        goaways = .allocate(capacity: 1)
+        sb_curl_goaways_init(goaways)
         _ = sb_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX)
         _ = sb_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, options.maxConnections)
         _ = sb_curl_multi_setopt_long(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, options.maxConnections)
@@ -250,6 +263,7 @@ public final class HTTP2Client: @unchecked Sendable {
     deinit {
         shutdown()
         curl_multi_cleanup(multi)
+        goaways.deallocate()
     }
 
     private func run() {
@@ -308,8 +322,12 @@ public final class HTTP2Client: @unchecked Sendable {
             if let password = options.clientCertificatePassword { _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_KEYPASSWD, password) }
         }
         if request.method != "GET" {
-            _ = sb_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, request.body.count)
-            _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_POSTFIELDS, transfer.payload.baseAddress)
+            // Through a read callback rather than CURLOPT_POSTFIELDS: libcurl resends a request
+            // whose connection ended before the answer, which could deliver a push twice; the
+            // callbacks allow that only for a stream a GOAWAY refused (see CShims.h).
+            _ = sb_curl_easy_setopt_long(easy, CURLOPT_POST, 1)
+            transfer.source.pointee.goaways = goaways
+            _ = sb_curl_easy_set_body(easy, transfer.source)
         }
         let opaque = Unmanaged.passRetained(transfer).toOpaque()
         _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_PRIVATE, opaque)
@@ -366,8 +384,11 @@ public final class HTTP2Client: @unchecked Sendable {
             transfer.continuation.resume(returning: HTTPClientResponse(status: status, headers: transfer.headers, body: transfer.body))
         } else {
             let notSent = result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST
-            transfer.continuation.resume(throwing: HTTP2TransportError(
-                code: Int32(result.rawValue), message: String(cString: curl_easy_strerror(result)), notSent: notSent))
+            let message =
+                transfer.source.pointee.refused_rewind != 0
+                ? "the connection ended before the answer; not resent (the server may have it)"
+                : String(cString: curl_easy_strerror(result))
+            transfer.continuation.resume(throwing: HTTP2TransportError(code: Int32(result.rawValue), message: message, notSent: notSent))
         }
     }
 }

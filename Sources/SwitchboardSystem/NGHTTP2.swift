@@ -149,6 +149,17 @@ public final class HTTP2Server: @unchecked Sendable {
         flush(conn)
     }
 
+    /// Drops `connection` at once with a TCP reset (no close_notify, no GOAWAY): what a client
+    /// sees when a middlebox or the peer's host fails. Streams in flight get no answer. Server
+    /// thread only.
+    public func reset(connection: Int) {
+        guard let conn = connections[connection] else { return }
+        var hard = Glibc.linger(l_onoff: 1, l_linger: 0)
+        _ = setsockopt(conn.socket, SOL_SOCKET, SO_LINGER, &hard, socklen_t(MemoryLayout<Glibc.linger>.size))
+        conn.closing = true
+        drop(conn)
+    }
+
     /// Closes every connection and stops the thread. Callable once from any thread but the
     /// server's own; later calls return at once.
     public func stop() {

@@ -131,6 +131,13 @@ public final class APNsSandbox: Sendable {
         case latency(Duration)
         /// Refuse the next `count` requests' tokens as expired.
         case expiredProviderToken(count: Int)
+        /// Take the next `count` requests and never answer them (the push is delivered: the
+        /// sender cannot know, so sending it again would ring twice).
+        case stall(count: Int)
+        /// Every `every`-th request from now on is delivered and then its connection is reset
+        /// (TCP RST, no GOAWAY) before any answer; the other streams in flight get none either.
+        /// `nil` stops it.
+        case reset(every: Int?)
     }
 
     /// How the sandbox treats one device token.
@@ -150,6 +157,9 @@ public final class APNsSandbox: Sendable {
         var goAwayAfter: Int?
         var latency: Duration = .zero
         var expiredFaults = 0
+        var stallsLeft = 0
+        var resetEvery: Int?
+        var sinceReset = 0
         /// Per key id: the current token's `iat` and whether it was refused as expired.
         var currentTokens: [String: (iat: Int64, jwt: String, refused: Bool)] = [:]
         var tokenUpdates = 0
@@ -234,6 +244,10 @@ public final class APNsSandbox: Sendable {
             case .goAway(let streams): state.goAwayAfter = streams
             case .latency(let delay): state.latency = delay
             case .expiredProviderToken(let count): state.expiredFaults = count
+            case .stall(let count): state.stallsLeft = count
+            case .reset(let every):
+                state.resetEvery = every
+                state.sinceReset = 0
             }
         }
     }
@@ -270,9 +284,19 @@ public final class APNsSandbox: Sendable {
             payloadBytes: request.body, status: verdict.status,
             reason: verdict.reason, receivedAt: Int64(now.timeIntervalSince1970 * 1000), connection: request.connection,
             stream: request.streamIndex)
-        let (latency, goAwayAfter) = state.withLock { state -> (Duration, Int?) in
+        let (latency, goAwayAfter, stalled, reset) = state.withLock { state -> (Duration, Int?, Bool, Bool) in
             state.records.append(record)
-            return (state.latency, state.goAwayAfter)
+            let stalled = verdict.status == 200 && state.stallsLeft > 0
+            if stalled { state.stallsLeft -= 1 }
+            var reset = false
+            if let every = state.resetEvery {
+                state.sinceReset += 1
+                if state.sinceReset >= every {
+                    state.sinceReset = 0
+                    reset = true
+                }
+            }
+            return (state.latency, state.goAwayAfter, stalled, reset)
         }
         var body: [UInt8] = []
         if let reason = verdict.reason {
@@ -284,6 +308,11 @@ public final class APNsSandbox: Sendable {
             status: verdict.status, headers: [("apns-id", verdict.apnsID), ("content-type", "application/json")], body: body)
         if verdict.status == 200 { admin.deliver(record) }
         let server = http2
+        if stalled { return }
+        if reset {
+            server.reset(connection: request.connection)
+            return
+        }
         if let goAwayAfter, request.streamIndex == goAwayAfter {
             server.goAway(connection: request.connection, lastStreamID: request.streamID)
         }

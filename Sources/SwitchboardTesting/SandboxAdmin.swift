@@ -112,6 +112,11 @@ final class SandboxAdmin: HTTPServerHandler, @unchecked Sendable {
                 sandbox.inject(.latency(.milliseconds(max(0, int("ms") ?? 0))))
             case "expired_provider_token":
                 sandbox.inject(.expiredProviderToken(count: int("count") ?? 1))
+            case "stall":
+                sandbox.inject(.stall(count: max(0, int("count") ?? 1)))
+            case "reset":
+                guard let every = int("every"), every >= 0 else { return reply(400, ["error": "every needed (0 stops)"]) }
+                sandbox.inject(.reset(every: every == 0 ? nil : every))
             default:
                 return reply(400, ["error": "unknown fault \(kind)"])
             }

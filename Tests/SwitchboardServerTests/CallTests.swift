@@ -86,6 +86,27 @@ final class CallFixture: Sendable {
         }
     }
 
+    /// Waits until every call's VoIP push has an outcome in its trace, then returns the
+    /// outcome entries (`apns_accepted` / `apns_refused`) by callee.
+    func voipOutcomes(_ calls: [String: String], as caller: String) async throws -> [String: [JSONValue]] {
+        @Sendable func outcomes(_ callID: String) async throws -> [JSONValue] {
+            let trace = try await get("/v1/calls/\(callID)/trace", as: caller)
+            guard case .array(let entries)? = trace["trace"] else { throw Timeout(what: "a trace") }
+            return entries.filter { $0["channel"] == "voip_push" && ($0["event"] == "apns_accepted" || $0["event"] == "apns_refused") }
+        }
+        return try await within(.seconds(20), "an outcome for every push") {
+            while true {
+                var found: [String: [JSONValue]] = [:]
+                for (callee, callID) in calls {
+                    let entries = try await outcomes(callID)
+                    if !entries.isEmpty { found[callee] = entries }
+                }
+                if found.count == calls.count { return found }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+    }
+
     func waitForPushes(_ count: Int, type: String, callID: String) async throws {
         try await within(.seconds(5), "\(count) \(type) pushes") { [self] in
             while pushes(type: type, callID: callID).count < count { try await Task.sleep(for: .milliseconds(20)) }
@@ -424,25 +445,9 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
             calls[callee] = try await fixture.call(caller, to: [callee], timeout: 60)
         }
         // Every push has an outcome in its call's trace: accepted here, after the retries.
-        let started = calls
-        try await within(.seconds(20), "an outcome for every push") {
-            while true {
-                var settled = 0
-                for callID in started.values {
-                    let trace = try await fixture.get("/v1/calls/\(callID)/trace", as: "alice")
-                    guard case .array(let entries)? = trace["trace"] else { continue }
-                    if entries.contains(where: { $0["channel"] == "voip_push" && ($0["event"] == "apns_accepted" || $0["event"] == "apns_refused") }) {
-                        settled += 1
-                    }
-                }
-                if settled == started.count { return }
-                try await Task.sleep(for: .milliseconds(100))
-            }
-        }
+        let outcomesByCallee = try await fixture.voipOutcomes(calls, as: "alice")
         for (callee, callID) in calls {
-            let trace = try await fixture.get("/v1/calls/\(callID)/trace", as: "alice")
-            guard case .array(let entries)? = trace["trace"] else { throw Timeout(what: "a trace") }
-            let outcomes = entries.filter { $0["channel"] == "voip_push" && ($0["event"] == "apns_accepted" || $0["event"] == "apns_refused") }
+            let outcomes = outcomesByCallee[callee] ?? []
             #expect(outcomes.count == 1, "\(callee): one outcome per push, got \(outcomes.count)")
             #expect(outcomes.first?["event"] == "apns_accepted", "\(callee): \(String(describing: outcomes.first))")
             // The phone rang once: one accepted VoIP push for this call, to this token.
@@ -453,6 +458,58 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(fixture.sandbox.records.contains { $0.status == 429 })
         #expect(Set(fixture.sandbox.records.map(\.connection)).count > 2, "GOAWAY moved the pushes to new connections")
         #expect(fixture.server.server.metrics.counter("switchboard_apns_pushes_total", ["type": "voip", "reason": "Success"]) == Double(callees.count))
+    }
+
+    @Test func aRingStormThroughStallsAndConnectionResetsEndsEveryPushAndNeverSendsOneTwice() async throws {
+        let fixture = try CallFixture { $0.limits.apnsRequestTimeoutSeconds = 1 }
+        defer { fixture.stop() }
+        let callees = (0..<20).map { "callee\($0)" }
+        var tokens: [String: String] = [:]
+        for (index, callee) in callees.enumerated() {
+            tokens[callee] = try await fixture.registerPhone(callee, device: "phone", seed: 8000 + index).voip
+        }
+        let caller = try await fixture.connect("alice", device: "alice-phone")
+        var calls: [String: String] = [:]
+        // Stalls: two pushes are taken and never answered; they time out, the rest flow on.
+        fixture.sandbox.inject(.stall(count: 2))
+        for callee in callees.prefix(6) {
+            calls[callee] = try await fixture.call(caller, to: [callee], timeout: 60)
+        }
+        let stalled = try await fixture.voipOutcomes(calls, as: "alice").values.filter { $0.first?["event"] == "apns_refused" }
+        #expect(stalled.count == 2, "\(stalled)")
+        // Resets: every fifth request's connection dies. Answers come late, so other streams
+        // are still waiting on it when it does.
+        fixture.sandbox.inject(.latency(.milliseconds(40)))
+        fixture.sandbox.inject(.reset(every: 5))
+        for callee in callees.dropFirst(6) {
+            calls[callee] = try await fixture.call(caller, to: [callee], timeout: 60)
+        }
+        let outcomes = try await fixture.voipOutcomes(calls, as: "alice")
+        var accepted = 0
+        for (callee, callID) in calls {
+            let entries = outcomes[callee] ?? []
+            #expect(entries.count == 1, "\(callee): one outcome per push, got \(entries)")
+            // No push is sent twice: whatever APNs got, it got once, answered or not.
+            let received = fixture.sandbox.records.filter { $0.payload?["call_id"]?.stringValue == callID && $0.token == tokens[callee] }
+            #expect(received.count == 1, "\(callee): APNs got the push \(received.count) times")
+            if entries.first?["event"] == "apns_accepted" {
+                accepted += 1
+            } else {
+                // Never answered: a transport failure, recorded after one attempt.
+                #expect(entries.first?["reason"]?.stringValue == "Transport", "\(callee): \(String(describing: entries.first))")
+                #expect(entries.first?["attempts"] == .int(1))
+            }
+        }
+        let unanswered = fixture.sandbox.records.count - accepted
+        #expect(unanswered >= 2 + 1, "two stalls and at least one reset went unanswered (\(unanswered))")
+        #expect(accepted >= 1, "pushes after the faults are accepted")
+        #expect(fixture.sandbox.connectionsAccepted > 1, "a reset connection is replaced")
+        // The server keeps serving calls after the storm.
+        fixture.sandbox.inject(.reset(every: nil))
+        fixture.sandbox.inject(.latency(.zero))
+        let after = try await fixture.call(caller, to: [callees[0]], timeout: 60)
+        let afterOutcome = try await fixture.voipOutcomes([callees[0]: after], as: "alice")
+        #expect(afterOutcome[callees[0]]?.first?["event"] == "apns_accepted")
     }
 
     @Test func registrationsPastTheDeviceLimitAreRefusedAndUpdatesStillWork() async throws {

@@ -11,11 +11,16 @@ final class PushRouter: Sendable {
     /// Sends to this host instead of Apple's (the local sandbox).
     private let baseURL: String?
     private let caFile: String?
+    private let requestTimeout: Duration
     /// Where certificate credentials are written for libcurl (readable by this user only).
     private let credentialsDirectory: String
     private let services = Locked<[String: PushService]>([:])
 
-    init(store: Store, metrics: Metrics, logger: Logger, baseURL: String?, caFile: String?, credentialsDirectory: String) {
+    init(
+        store: Store, metrics: Metrics, logger: Logger, baseURL: String?, caFile: String?, requestTimeout: Duration,
+        credentialsDirectory: String
+    ) {
+        self.requestTimeout = requestTimeout
         self.credentialsDirectory = credentialsDirectory
         self.store = store
         self.metrics = metrics
@@ -52,6 +57,7 @@ final class PushRouter: Sendable {
         var configuration = APNsClientConfiguration(credentials: credentials, environment: environment)
         configuration.baseURL = baseURL
         configuration.caFile = caFile
+        configuration.requestTimeout = requestTimeout
         let service = PushService(client: APNsClient(configuration: configuration, metrics: metrics, logger: logger), store: store, logger: logger)
         return services.withLock { services in
             if let raced = services[key] {

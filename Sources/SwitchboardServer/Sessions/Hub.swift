@@ -52,7 +52,8 @@ final class Hub: @unchecked Sendable {
         self.logger = logger
         push = PushRouter(
             store: store, metrics: metrics, logger: logger.with("component", "push"), baseURL: configuration.apnsURL,
-            caFile: configuration.apnsCAFile, credentialsDirectory: configuration.dataDirectory + "/apns-credentials")
+            caFile: configuration.apnsCAFile, requestTimeout: .seconds(configuration.limits.apnsRequestTimeoutSeconds),
+            credentialsDirectory: configuration.dataDirectory + "/apns-credentials")
         let limits = configuration.limits
         rooms = RoomDirectory(
             settings: .init(
