@@ -73,7 +73,11 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             task = Task { [weak self] in
                 for await event in events {
                     guard let self else { return }
-                    if case .event(let type, let data, _) = event { self.serverEvent(type, data) }
+                    switch event {
+                    case .event(let type, let data, _): self.serverEvent(type, data)
+                    case .sessionReplaced: Task { await self.resynchronize() }
+                    default: break
+                    }
                 }
             }
         }
@@ -125,8 +129,16 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         }
     }
 
-    /// Connects if needed and ends the call if the server says it is over.
-    private func reconcile(_ id: UUID) async {
+    /// After a session the server could not resume (it restarted, or the gap outlasted its grace
+    /// period), events may be lost: asks about every live call and ends those that are over,
+    /// including calls in progress here.
+    private func resynchronize() async {
+        for id in liveCallIDs { await reconcile(id, sessionLost: true) }
+    }
+
+    /// Connects if needed and ends the call if the server says it is over. A call answered here
+    /// ends only after a lost session (otherwise its own events end it).
+    private func reconcile(_ id: UUID, sessionLost: Bool = false) async {
         let deadline = ContinuousClock.now + serverTimeout
         while ContinuousClock.now < deadline {
             do {
@@ -134,7 +146,13 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                 let summary = try await client.callState(id.uuidString.lowercased(), http: http)
                 // This device answering (or having answered) is not "answered elsewhere".
                 let answeredHere = calls.withLock { $0[id].map { $0.phase == .answering || $0.phase == .active } ?? false }
-                if !answeredHere, let reason = await endReason(from: summary) { finish(id, reason: reason) }
+                if answeredHere {
+                    if sessionLost, summary["state"] == "ended" {
+                        finish(id, reason: summary["outcome"] == "failed" ? .failed : .remoteEnded)
+                    }
+                } else if let reason = await endReason(from: summary) {
+                    finish(id, reason: reason)
+                }
                 return
             } catch SwitchboardError.server(let error) where error.code == .notFound || error.code == .forbidden {
                 finish(id, reason: .failed)

@@ -20,15 +20,19 @@ func eventually(_ what: String, within limit: Duration = .seconds(5), _ conditio
     throw Timeout(what: what)
 }
 
-/// The server, the APNs sandbox, and a way to make phones and tokens.
+/// The server, the APNs sandbox, and a way to make phones and tokens. The server runs in this
+/// process, or as a `switchboard serve` process (`asProcess`) that tests can kill.
 final class Stack: Sendable {
     let sandbox: APNsSandbox
-    let server: SwitchboardServer
+    /// The in-process server (nil when it runs as a process).
+    let server: SwitchboardServer?
+    let process: ServerProcess?
+    let baseURL: String
     let app: App
     let directory: String
     let clientLoop: EventLoop
 
-    init() throws {
+    init(asProcess: Bool = false) throws {
         directory = NSTemporaryDirectory() + "switchboard-kit-" + RandomID.alphanumeric(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let key = try ECPrivateKey.generate()
@@ -38,26 +42,42 @@ final class Stack: Sendable {
         sandboxConfiguration.directory = directory + "/sandbox"
         sandboxConfiguration.keys = ["KEY1234567": try ECPublicKey(pem: key.publicKeyPEM)]
         sandbox = try APNsSandbox(configuration: sandboxConfiguration, logger: Logger(minimumLevel: .error))
-        var configuration = ServerConfiguration()
-        configuration.port = 0
-        configuration.dataDirectory = directory + "/data"
-        configuration.apnsURL = sandbox.url
-        configuration.apnsCAFile = sandbox.certificatePath
-        configuration.logLevel = .error
-        server = try SwitchboardServer.start(configuration, logger: Logger(minimumLevel: .error))
         app = App.make(name: "Kit", bundleID: "com.example.chat")
-        try server.store.insert(app)
-        try server.store.setPushSettings(.key(pem: key.pem, keyID: "KEY1234567", teamID: "TEAM123456"), appID: app.id)
+        let settings = AppPushSettings.key(pem: key.pem, keyID: "KEY1234567", teamID: "TEAM123456")
+        if asProcess {
+            let store = try Store(directory: directory + "/data")
+            try store.insert(app)
+            try store.setPushSettings(settings, appID: app.id)
+            store.close()
+            let process = try ServerProcess(dataDirectory: directory + "/data", sandbox: sandbox)
+            self.process = process
+            server = nil
+            baseURL = process.baseURL
+        } else {
+            var configuration = ServerConfiguration()
+            configuration.port = 0
+            configuration.dataDirectory = directory + "/data"
+            configuration.apnsURL = sandbox.url
+            configuration.apnsCAFile = sandbox.certificatePath
+            configuration.logLevel = .error
+            let server = try SwitchboardServer.start(configuration, logger: Logger(minimumLevel: .error))
+            try server.store.insert(app)
+            try server.store.setPushSettings(settings, appID: app.id)
+            self.server = server
+            process = nil
+            baseURL = server.baseURL
+        }
         clientLoop = try EventLoop(name: "kit-test")
     }
 
     func stop() {
-        server.shutdown()
+        server?.shutdown()
+        process?.stop()
         sandbox.stop()
-        try? FileManager.default.removeItem(atPath: directory)
+        if ProcessInfo.processInfo.environment["SWITCHBOARD_KEEP_TEST_FILES"] == nil { try? FileManager.default.removeItem(atPath: directory) }
     }
 
-    var url: URL { URL(string: server.baseURL)! }
+    var url: URL { URL(string: baseURL)! }
 
     func token(_ identity: String) -> String {
         let claims = AccessTokenIssuer.claims(
@@ -109,7 +129,7 @@ final class Phone: Sendable {
             platform: "ios", voipToken: voipToken, apnsToken: apnsToken, environment: "sandbox", bundleID: "com.example.chat",
             callKitEnabled: true)
         let response = try await HTTPClient.request(
-            "PUT", stack.server.baseURL + "/v1/devices/\(device)", headers: [("Authorization", "Bearer " + stack.token(identity))],
+            "PUT", stack.baseURL + "/v1/devices/\(device)", headers: [("Authorization", "Bearer " + stack.token(identity))],
             body: Array(try JSONEncoder().encode(body)))
         guard response.status == 200 else { throw Timeout(what: "device registration (\(response.status))") }
         // The sandbox's device stream plays PushKit.
@@ -372,7 +392,7 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         let policy = RegionPolicy.forRegion("CN")
         #expect(policy == .noCallKit)
         try await registrar.register(voipToken: voip, apnsToken: apns, environment: "sandbox", bundleID: "com.example.chat", appVersion: "1.0", policy: policy)
-        let devices = try stack.server.store.devices(appID: stack.app.id, userID: "bob")
+        let devices = try stack.server!.store.devices(appID: stack.app.id, userID: "bob")
         #expect(devices.first?.voipToken == nil)
         #expect(devices.first?.apnsToken == DeviceRegistrar.hex(apns))
         #expect(devices.first?.callKitEnabled == false)

@@ -21,11 +21,15 @@ public final class ProviderTokenCache: Sendable {
     private let clock: @Sendable () -> Date
     private let current = Locked<Token?>(nil)
     private let mints = Atomic<Int>(0)
+    private let onMint: (@Sendable (Token) -> Void)?
 
+    /// `onMint` sees every new token (the server keeps it in its store, so that a restarted
+    /// process adopts it instead of minting again).
     public init(
         key: ECPrivateKey, keyID: String, teamID: String, refreshInterval: Duration = .seconds(40 * 60),
-        clock: @escaping @Sendable () -> Date = { Date() }
+        clock: @escaping @Sendable () -> Date = { Date() }, onMint: (@Sendable (Token) -> Void)? = nil
     ) {
+        self.onMint = onMint
         self.key = key
         self.keyID = keyID
         self.teamID = teamID
@@ -63,24 +67,28 @@ public final class ProviderTokenCache: Sendable {
     /// The token to use now: the cached one, or a new one when it is too old.
     public func token() throws -> Token {
         let now = clock()
-        return try current.withLock { token in
-            if let token, now.timeIntervalSince(token.issuedAt) < refreshInterval.seconds { return token }
+        let (token, minted) = try current.withLock { token -> (Token, Bool) in
+            if let token, now.timeIntervalSince(token.issuedAt) < refreshInterval.seconds { return (token, false) }
             let fresh = try mint(at: now)
             token = fresh
-            return fresh
+            return (fresh, true)
         }
+        if minted { onMint?(token) }
+        return token
     }
 
     /// Apple answered `ExpiredProviderToken` for `stale`: replace it, unless another request has
     /// already done so. Returns the token to retry with.
     public func replace(_ stale: Token) throws -> Token {
         let now = clock()
-        return try current.withLock { token in
-            if let token, token != stale { return token }
+        let (token, minted) = try current.withLock { token -> (Token, Bool) in
+            if let token, token != stale { return (token, false) }
             let fresh = try mint(at: now)
             token = fresh
-            return fresh
+            return (fresh, true)
         }
+        if minted { onMint?(token) }
+        return token
     }
 
     private func mint(at now: Date) throws -> Token {

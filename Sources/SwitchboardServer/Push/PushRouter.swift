@@ -49,7 +49,19 @@ final class PushRouter: Sendable {
         switch settings {
         case .key(let pem, let keyID, let teamID):
             guard let signingKey = try? ECPrivateKey(pem: pem) else { return nil }
-            credentials = .token(ProviderTokenCache(key: signingKey, keyID: keyID, teamID: teamID))
+            // Apple throttles a key whose token changes more often than every 20 minutes: the
+            // token in use is kept in the store, and a restarted server carries on with it.
+            let store = store
+            let logger = logger
+            let cache = ProviderTokenCache(key: signingKey, keyID: keyID, teamID: teamID, onMint: { token in
+                do {
+                    try store.setProviderToken(token.jwt, issuedAt: token.issuedAt, keyID: keyID, teamID: teamID)
+                } catch {
+                    logger.warning("could not keep the provider token; a restart will mint a new one", ["error": "\(error)"])
+                }
+            })
+            if let saved = try? store.providerToken(keyID: keyID, teamID: teamID) { _ = cache.adopt(saved) }
+            credentials = .token(cache)
         case .certificate(let pem, let password):
             guard let path = try? writeCredential(pem, appID: appID) else { return nil }
             credentials = .certificate(path: path, keyPath: nil, password: password, isP12: false)

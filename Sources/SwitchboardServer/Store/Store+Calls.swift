@@ -158,6 +158,22 @@ extension Store {
         }
     }
 
+    /// The provider token last minted for a signing key (by this process or an earlier one).
+    public func providerToken(keyID: String, teamID: String) throws -> String? {
+        try read { database in
+            try database.query("SELECT jwt FROM provider_tokens WHERE key_id = ? AND team_id = ?", [.text(keyID), .text(teamID)])
+                .first?[0].string
+        }
+    }
+
+    public func setProviderToken(_ jwt: String, issuedAt: Date, keyID: String, teamID: String) throws {
+        _ = try write { database in
+            try database.query(
+                "INSERT OR REPLACE INTO provider_tokens (key_id, team_id, jwt, issued_at) VALUES (?, ?, ?, ?)",
+                [.text(keyID), .text(teamID), .text(jwt), .integer(Int64(issuedAt.timeIntervalSince1970))])
+        }
+    }
+
     // MARK: Block lists
 
     public func setBlocked(_ identities: [String], appID: String, userID: String) throws {

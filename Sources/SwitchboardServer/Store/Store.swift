@@ -105,6 +105,16 @@ public final class Store: Sendable {
         );
         CREATE INDEX call_trace_call ON call_trace (call_id, seq);
         """,
+        // 2: the APNs provider token in use per signing key, adopted after a restart.
+        """
+        CREATE TABLE provider_tokens (
+            key_id TEXT NOT NULL,
+            team_id TEXT NOT NULL,
+            jwt TEXT NOT NULL,
+            issued_at INTEGER NOT NULL,
+            PRIMARY KEY (key_id, team_id)
+        );
+        """,
     ]
 
     public let path: String

@@ -1,0 +1,168 @@
+import Foundation
+import SwitchboardKit
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+import SwitchboardTesting
+import Testing
+
+/// `switchboard serve` as a child process on a fixed port, so it can be killed with SIGKILL and
+/// started again where the clients expect it.
+final class ServerProcess: Sendable {
+    let port: Int
+    let dataDirectory: String
+    private let arguments: [String]
+    private let current = Locked<Process?>(nil)
+
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+    /// The server's log (both runs).
+    var logPath: String { dataDirectory + "/../serve.log" }
+
+    init(dataDirectory: String, sandbox: APNsSandbox) throws {
+        self.dataDirectory = dataDirectory
+        port = try Self.freePort()
+        arguments = [
+            "serve", "--port", String(port), "--data-dir", dataDirectory, "--web-root", Self.repositoryRoot + "/web",
+            "--apns-url", sandbox.url, "--apns-ca-file", sandbox.certificatePath, "--log-level", "warning",
+        ]
+        try start()
+    }
+
+    /// Starts the server and waits until it answers `/healthz`.
+    func start() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.productsDirectory + "/switchboard")
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        log.seekToEndOfFile()
+        process.standardError = log
+        try process.run()
+        current.withLock { $0 = process }
+        let deadline = ContinuousClock.now + .seconds(15)
+        while ContinuousClock.now < deadline {
+            if let response = try? HTTPClient.perform("GET", baseURL + "/healthz", timeout: .seconds(1)), response.status == 200 { return }
+            guard process.isRunning else { throw Timeout(what: "the server (it exited with \(process.terminationStatus))") }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        throw Timeout(what: "the server to listen on \(port)")
+    }
+
+    /// SIGKILL: no shutdown code runs, as in a crash or an OOM kill.
+    func kill9() {
+        guard let process = current.withLock({ $0 }) else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    func stop() {
+        guard let process = current.withLock({ $0 }), process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+    }
+
+    private static func freePort() throws -> Int {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0
+            }
+        }
+        guard bound else { throw Timeout(what: "a free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    static let repositoryRoot: String = {
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        return url.path
+    }()
+
+    static let productsDirectory: String = {
+        if let override = ProcessInfo.processInfo.environment["SWITCHBOARD_PRODUCTS"] { return override }
+        var url = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        while url.path != "/" {
+            if FileManager.default.isExecutableFile(atPath: url.appendingPathComponent("switchboard").path) { return url.path }
+            url.deleteLastPathComponent()
+        }
+        return repositoryRoot + "/.build/debug"
+    }()
+}
+
+@Suite struct CrashRecoveryTests {
+    /// The server is killed with SIGKILL with one call in progress and one ringing. On restart
+    /// the history is whole and says what happened, the phones reconnect on their own, end both
+    /// calls with the reason the server gives, and the next call rings as usual.
+    @Test func killMinus9DuringCallsLeavesConsistentHistoryAndClientsResume() async throws {
+        let stack = try Stack(asProcess: true)
+        defer { stack.stop() }
+        let process = try #require(stack.process)
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 41)
+        let carol = try await stack.phone("carol", device: "c-phone", seed: 42)
+        try await bob.client.connect()
+        try await carol.client.connect()
+        let alice = try await caller(stack)
+
+        let inProgress = try await createCall(alice, to: "bob")
+        try await bob.receivePush()
+        #expect(await bob.system.userAnswers(inProgress))
+        try await eventually("bob's call to be connected") {
+            bob.managerEvents.withLock { $0.contains(.connected(inProgress)) }
+        }
+        let ringing = try await createCall(alice, to: "carol")
+        try await carol.receivePush()
+        try await eventually("carol's phone to ring") { carol.system.call(ringing) != nil }
+
+        process.kill9()
+        try process.start()
+
+        // The phones come back by themselves and learn what became of their calls.
+        try await eventually("both calls to end on the phones", within: .seconds(15)) {
+            bob.ended(inProgress) != nil && carol.ended(ringing) != nil
+        }
+        #expect(bob.ended(inProgress) == .failed)
+        #expect(carol.ended(ringing) == .failed)
+        #expect(bob.manager.liveCallIDs.isEmpty && carol.manager.liveCallIDs.isEmpty)
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        #expect(carol.system.violations.isEmpty, "\(carol.system.violations)")
+
+        // The caller's client reconnects by itself too.
+        try await eventually("alice to reconnect", within: .seconds(10)) { await alice.isConnected }
+
+        // The history: both calls, ended as failed by the restart, nothing else.
+        let transport = CurlHTTPTransport()
+        for id in [inProgress, ringing] {
+            let summary = try await alice.callState(id.uuidString.lowercased(), http: transport)
+            #expect(summary["state"] == "ended")
+            #expect(summary["outcome"] == "failed")
+            #expect(summary["end_reason"] == "server_restart")
+        }
+        let history = try await HTTPClient.request(
+            "GET", stack.baseURL + "/v1/calls", headers: [("Authorization", "Bearer " + stack.token("alice"))])
+        let calls = try JSONDecoder().decode(JSONValue.self, from: Data(history.body))
+        guard case .array(let entries)? = calls["calls"] else { throw Timeout(what: "alice's history") }
+        #expect(Set(entries.compactMap { $0["call_id"]?.stringValue }) == Set([inProgress, ringing].map { $0.uuidString.lowercased() }))
+
+        // Life goes on: a new call rings bob's phone and connects.
+        let next = try await createCall(alice, to: "bob")
+        try await bob.receivePush()
+        #expect(await bob.system.userAnswers(next))
+        try await eventually("the new call to connect") { bob.managerEvents.withLock { $0.contains(.connected(next)) } }
+        await alice.disconnect()
+        await bob.client.disconnect()
+        await carol.client.disconnect()
+
+        // The file the killed server left passes SQLite's integrity check.
+        process.stop()
+        let store = try Store(directory: process.dataDirectory)
+        #expect(try store.integrityCheck() == "ok")
+        store.close()
+    }
+}
