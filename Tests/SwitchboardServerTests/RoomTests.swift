@@ -85,6 +85,81 @@ func basicAuth(_ app: App) -> (String, String) {
         #expect(try await peers[2].join("small").type == MessageType.ok)
     }
 
+    /// 200 peers join a room and then vanish without closing: they never read or answer a ping
+    /// again, as phones that lost their network (their TCP connections stay open). While two
+    /// other peers keep signalling, the server finds every one by its missing pongs, closes it,
+    /// and after the resume grace removes it from the room; nothing of them is left.
+    @Test func halfOpenPeersAreFoundAndCleanedUpWhileOthersKeepTalking() async throws {
+        let server = try TestServer {
+            $0.limits.pingIntervalSeconds = 1
+            $0.limits.idleTimeoutSeconds = 3
+            $0.limits.resumeGraceSeconds = 1
+            $0.limits.maxRoomParticipants = 256
+        }
+        defer { server.stop() }
+        let watcher = try await Peer.connect(server, "watcher")
+        try await watcher.join("crowd")
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        try await alice.join("busy")
+        try await bob.join("busy")
+        _ = try await alice.event()  // bob joined
+
+        let ghosts = 200
+        var sockets: [RawSocket] = []
+        defer { sockets.forEach { $0.close() } }
+        for index in 0..<ghosts {
+            let socket = try RawSocket(port: server.server.port)
+            sockets.append(socket)
+            try socket.write(
+                "GET /v1/ws?access_token=\(server.token("ghost\(index)", grants: Grants(room: "*", roomJoin: true))) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                    + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+            #expect(try socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
+            try socket.writeTextFrame(#"{"type":"room.join","id":"j","data":{"room":"crowd"}}"#)
+        }
+        var joined = 0
+        while joined < ghosts {
+            if try await watcher.event().type == "room.peer_joined" { joined += 1 }
+        }
+        #expect(server.server.metrics.gauge("switchboard_connections") == Double(ghosts + 3))
+
+        // Alice and Bob keep signalling the whole time.
+        let load = Task { () -> (relayed: Int, failures: Int) in
+            var relayed = 0
+            var failures = 0
+            let offer: JSONValue = ["type": "offer", "sdp": "v=0"]
+            while !Task.isCancelled {
+                let sent = try? await alice.client.request(MessageType.signal, encoding: SignalRequest(room: "busy", to: bob.peerID, signal: offer))
+                let received = try? await bob.event()
+                if sent?.type == MessageType.ok && received?.type == "signal" { relayed += 1 } else { failures += 1 }
+            }
+            return (relayed, failures)
+        }
+        var left = 0
+        var reasons: Set<String> = []
+        let deadline = ContinuousClock.now + .seconds(20)
+        while left < ghosts && ContinuousClock.now < deadline {
+            let event = try await watcher.event(timeout: .seconds(10))
+            if event.type == "room.peer_left" {
+                left += 1
+                reasons.insert(event.data?["reason"]?.stringValue ?? "")
+            }
+        }
+        load.cancel()
+        let traffic = await load.value
+        #expect(left == ghosts, "every vanished peer left the room")
+        #expect(reasons == ["disconnected"])
+        #expect(traffic.failures <= 1, "the signalling went on (\(traffic.relayed) relayed, \(traffic.failures) failed, the last maybe cut by the cancel)")
+        #expect(traffic.relayed > 0)
+        #expect(server.server.metrics.gauge("switchboard_connections") == 3)
+        #expect(server.server.metrics.counter("switchboard_disconnects_total", ["reason": "lost"]) == Double(ghosts))
+        let room = try await HTTPClient.request("GET", server.baseURL + "/v1/rooms/crowd", headers: [basicAuth(server.app)])
+        let body = try JSONDecoder().decode(JSONValue.self, from: Data(room.body))
+        guard case .array(let peers)? = body["peers"] else { throw UnexpectedMessage(description: "no peers in \(body)") }
+        #expect(peers.map { $0["identity"] } == ["watcher"])
+        #expect(try await alice.client.request(MessageType.ping).type == MessageType.ok)
+    }
+
     @Test func signalsReachOnePeerInTheRoomAndNothingLeavesIt() async throws {
         let server = try TestServer()
         defer { server.stop() }
