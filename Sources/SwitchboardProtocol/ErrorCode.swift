@@ -29,7 +29,7 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     case roomFull = "room_full"
     /// The request names a room the sender is not in.
     case notInRoom = "not_in_room"
-    /// The server is shutting down or not ready.
+    /// The server is shutting down, or cannot save now (the storage refuses writes); retry later.
     case unavailable
     /// An unexpected failure inside the server; it is logged with a request id.
     case `internal`

@@ -32,7 +32,8 @@ public final class SwitchboardServer: Sendable {
     /// Opens the store and starts listening.
     public static func start(_ configuration: ServerConfiguration, logger: Logger = Logger()) throws -> SwitchboardServer {
         let metrics = Metrics()
-        let store = try Store(directory: configuration.dataDirectory, metrics: metrics, logger: logger)
+        let store = try Store(
+            directory: configuration.dataDirectory, metrics: metrics, logger: logger, backlogLimit: configuration.limits.storeBacklogWrites)
         let interrupted = try store.failInterruptedCalls(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
         if interrupted > 0 { logger.warning("calls interrupted by a restart ended as failed", ["count": String(interrupted)]) }
         let server = try SwitchboardServer(configuration: configuration, store: store, metrics: metrics, logger: logger)

@@ -39,6 +39,17 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     /// A UNIQUE or PRIMARY KEY constraint failed.
     public var isConstraintViolation: Bool { code & 0xFF == SQLITE_CONSTRAINT }
     public var isBusy: Bool { code & 0xFF == SQLITE_BUSY || code & 0xFF == SQLITE_LOCKED }
+    /// The storage refuses writes: disk full, read-only, or an I/O error. Nothing is wrong with
+    /// the statement; the same write can succeed once the storage recovers.
+    public var storageProblem: String? {
+        switch code & 0xFF {
+        case SQLITE_FULL: "disk full"
+        case SQLITE_READONLY: "read-only"
+        case SQLITE_IOERR: "I/O error"
+        case SQLITE_CANTOPEN: "cannot open the database file"
+        default: nil
+        }
+    }
 
     public var description: String { "sqlite error \(code): \(message)" }
 

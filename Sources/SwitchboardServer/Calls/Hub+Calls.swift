@@ -62,6 +62,11 @@ extension Hub {
         let limits = configuration.limits
         guard caller.grants.call == true else { throw ErrorBody(.forbidden, "your token has no call grant") }
         let (callees, timeout) = try Self.checkCallRequest(request, caller: caller.sub, limits: limits)
+        // A call that could not be recorded would be lost from everyone's history.
+        if let problem = store.storageProblem {
+            metrics.increment("switchboard_calls_refused_total", ["reason": "storage"])
+            throw ErrorBody(.unavailable, "storage unavailable (\(problem)): calls cannot be recorded; retry later")
+        }
 
         // A retried request with the same idempotency key gets the same call.
         let idempotency = request.idempotencyKey.map { Self.userKey(app.id, caller.sub) + "\u{0}" + $0 }

@@ -61,6 +61,7 @@ public struct ServerConfiguration: Sendable {
         /// Devices one user may register (each is rung for every call to them).
         public var maxDevicesPerUser = 20
         public var apnsRequestTimeoutSeconds = 10
+        public var storeBacklogWrites = 10_000
         public var invitesPerMinute = 30
         public var invitesPerPairPerMinute = 10
         public init() {}
@@ -177,6 +178,7 @@ public struct ServerConfiguration: Sendable {
         int("ring_timeout_seconds", "How long a call rings before it is missed (5-180; per call too).", 5...180, \.limits.ringTimeoutSeconds),
         int("max_callees", "Most users one call may ring.", 1...256, \.limits.maxCallees),
         int("max_devices_per_user", "Devices one user may register.", 1...1000, \.limits.maxDevicesPerUser),
+        int("store_backlog_writes", "Writes kept in memory while the disk is full or read-only.", 100...10_000_000, \.limits.storeBacklogWrites),
         int("apns_request_timeout_seconds", "Time APNs has to answer one push before it counts as failed.", 1...60, \.limits.apnsRequestTimeoutSeconds),
         int("invites_per_minute", "Calls one user may start per minute.", 1...10_000, \.limits.invitesPerMinute),
         int("invites_per_pair_per_minute", "Calls one user may make to the same user per minute.", 1...10_000, \.limits.invitesPerPairPerMinute),
@@ -233,6 +235,7 @@ public struct ServerConfiguration: Sendable {
             "ring_timeout_seconds": String(limits.ringTimeoutSeconds), "max_callees": String(limits.maxCallees),
             "max_devices_per_user": String(limits.maxDevicesPerUser),
             "apns_request_timeout_seconds": String(limits.apnsRequestTimeoutSeconds),
+            "store_backlog_writes": String(limits.storeBacklogWrites),
             "invites_per_minute": String(limits.invitesPerMinute),
             "invites_per_pair_per_minute": String(limits.invitesPerPairPerMinute),
         ]

@@ -77,6 +77,9 @@ public final class Metrics: Sendable {
         "switchboard_http_requests_total": ("counter", "HTTP requests, by route and status."),
         "switchboard_http_request_duration_seconds": ("histogram", "Time from a complete HTTP request to its response."),
         "switchboard_store_writes_total": ("counter", "Store write transactions, by outcome."),
+        "switchboard_store_writable": ("gauge", "1 while the storage takes writes, 0 while it is full or read-only."),
+        "switchboard_store_backlog": ("gauge", "Writes waiting in memory for the storage to take writes again."),
+        "switchboard_store_writes_dropped_total": ("counter", "Waiting writes lost because the backlog was full (store_backlog_writes)."),
         "switchboard_call_setup_seconds": (
             "summary",
             "Server's share of starting a call: from the invite arriving to every push handed to the APNs connection and the call record written (quantiles over the latest 10,000 calls)."

@@ -277,37 +277,45 @@ extension Store {
     }
 
     /// Ends every call a previous run left ringing or accepted: `failed`, reason `server_restart`.
+    /// On a store that takes no writes now (full or read-only disk) this waits in the backlog,
+    /// ahead of every later write.
     func failInterruptedCalls(nowMillis: Int64) throws -> Int {
-        try write { database in
-            let rows = try database.query("SELECT id, app_id, caller, callees, summary FROM calls WHERE state != 'ended'")
-            for row in rows {
-                guard let id = row[0].string, let appID = row[1].string, let caller = row[2].string else { continue }
-                let callees = (try? JSONDecoder().decode([String].self, from: Data((row[3].string ?? "[]").utf8))) ?? []
-                var summary = (try? JSONDecoder().decode(JSONValue.self, from: Data((row[4].string ?? "{}").utf8)))?.objectValue ?? [:]
-                summary["state"] = "ended"
-                summary["outcome"] = "failed"
-                summary["end_reason"] = "server_restart"
-                summary["ended_at"] = .int(nowMillis)
-                let created = summary["created_at"].flatMap { if case .int(let value) = $0 { value } else { nil } } ?? nowMillis
-                let answered = summary["answered_at"].flatMap { if case .int(let value) = $0 { value } else { nil } }
-                try database.query(
-                    "UPDATE calls SET state = 'ended', summary = ? WHERE id = ?",
-                    [.text(String(decoding: try JSONEncoder().encode(JSONValue.object(summary)), as: UTF8.self)), .text(id)])
-                for user in [caller] + callees {
-                    let peers = user == caller ? callees : [caller] + callees.filter { $0 != user }
-                    try database.query(
-                        """
-                        INSERT OR REPLACE INTO call_history (app_id, user_id, call_id, direction, peers, video, created_at,
-                            answered_at, ended_at, duration_ms, outcome, end_reason, ended_by)
-                        VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, 'failed', 'server_restart', NULL)
-                        """,
-                        [.text(appID), .text(user), .text(id), .text(user == caller ? "outgoing" : "incoming"),
-                         .text(String(decoding: try JSONEncoder().encode(peers), as: UTF8.self)), .integer(created),
-                         answered.map(SQLValue.integer) ?? .null, .integer(nowMillis), .integer(answered.map { nowMillis - $0 } ?? 0)])
-                }
-            }
-            return rows.count
+        guard storageProblem == nil else {
+            enqueue("interrupted calls") { database in _ = try Self.endInterruptedCalls(database, nowMillis: nowMillis) }
+            return try read { try $0.query("SELECT COUNT(*) FROM calls WHERE state != 'ended'").first?.first?.int64 }.map(Int.init) ?? 0
         }
+        return try write { database in try Self.endInterruptedCalls(database, nowMillis: nowMillis) }
+    }
+
+    private static func endInterruptedCalls(_ database: SQLiteDatabase, nowMillis: Int64) throws -> Int {
+        let rows = try database.query("SELECT id, app_id, caller, callees, summary FROM calls WHERE state != 'ended'")
+        for row in rows {
+            guard let id = row[0].string, let appID = row[1].string, let caller = row[2].string else { continue }
+            let callees = (try? JSONDecoder().decode([String].self, from: Data((row[3].string ?? "[]").utf8))) ?? []
+            var summary = (try? JSONDecoder().decode(JSONValue.self, from: Data((row[4].string ?? "{}").utf8)))?.objectValue ?? [:]
+            summary["state"] = "ended"
+            summary["outcome"] = "failed"
+            summary["end_reason"] = "server_restart"
+            summary["ended_at"] = .int(nowMillis)
+            let created = summary["created_at"].flatMap { if case .int(let value) = $0 { value } else { nil } } ?? nowMillis
+            let answered = summary["answered_at"].flatMap { if case .int(let value) = $0 { value } else { nil } }
+            try database.query(
+                "UPDATE calls SET state = 'ended', summary = ? WHERE id = ?",
+                [.text(String(decoding: try JSONEncoder().encode(JSONValue.object(summary)), as: UTF8.self)), .text(id)])
+            for user in [caller] + callees {
+                let peers = user == caller ? callees : [caller] + callees.filter { $0 != user }
+                try database.query(
+                    """
+                    INSERT OR REPLACE INTO call_history (app_id, user_id, call_id, direction, peers, video, created_at,
+                        answered_at, ended_at, duration_ms, outcome, end_reason, ended_by)
+                    VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, 'failed', 'server_restart', NULL)
+                    """,
+                    [.text(appID), .text(user), .text(id), .text(user == caller ? "outgoing" : "incoming"),
+                     .text(String(decoding: try JSONEncoder().encode(peers), as: UTF8.self)), .integer(created),
+                     answered.map(SQLValue.integer) ?? .null, .integer(nowMillis), .integer(answered.map { nowMillis - $0 } ?? 0)])
+            }
+        }
+        return rows.count
     }
 
     // MARK: Push trace

@@ -118,6 +118,8 @@ public final class Store: Sendable {
     ]
 
     public let path: String
+    /// Queued writes kept while the storage refuses them (at most this many; the oldest go first).
+    public let backlogLimit: Int
     private let writer: Locked<SQLiteDatabase?>
     private let reader: Locked<SQLiteDatabase?>
     private let queue = DispatchQueue(label: "switchboard.store.writer")
@@ -125,23 +127,55 @@ public final class Store: Sendable {
     private let metrics: Metrics?
     private let logger: Logger
 
+    /// Writes the storage refused (disk full, read-only), in order, and why. While it holds any,
+    /// or `problem` is set, the store is not writable; a retry every second drains it.
+    private struct Backlog {
+        var writes: [(what: String, body: @Sendable (SQLiteDatabase) throws -> Void)] = []
+        var problem: String?
+        var retryScheduled = false
+        var dropped = 0
+        var closed = false
+    }
+    private let backlog = Locked(Backlog())
+
     /// Opens or creates `switchboard.db` in `directory`, migrating it to the current schema.
-    public init(directory: String, metrics: Metrics? = nil, logger: Logger = Logger()) throws {
+    public init(directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), backlogLimit: Int = 10_000) throws {
+        self.backlogLimit = backlogLimit
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         path = (directory as NSString).appendingPathComponent("switchboard.db")
         self.metrics = metrics
         self.logger = logger
+        let database = try Self.openWriter(path)
+        try Self.migrate(database, logger: logger)
+        let loaded = try Self.loadApps(database)
+        writer = Locked(database)
+        reader = Locked(try SQLiteDatabase(path: path, readOnly: true))
+        apps.withLock { $0 = Dictionary(uniqueKeysWithValues: loaded.map { ($0.apiKey, $0) }) }
+        // A store on a full or read-only disk opens (reads work) but takes no write: find out now.
+        queue.sync {
+            writer.withLock { database in
+                guard let database else { return }
+                do { try Self.probe(database) } catch let error as SQLiteError where error.storageProblem != nil {
+                    storageFailed(error, what: "opening the store")
+                } catch {}
+            }
+        }
+    }
+
+    private static func openWriter(_ path: String) throws -> SQLiteDatabase {
         let database = try SQLiteDatabase(path: path)
         try database.execute("PRAGMA journal_mode = WAL")
         // NORMAL in WAL mode: a crash of the process never loses a committed transaction;
         // a power loss may lose the last few, never consistency.
         try database.execute("PRAGMA synchronous = NORMAL")
         try database.execute("PRAGMA foreign_keys = ON")
-        try Self.migrate(database, logger: logger)
-        let loaded = try Self.loadApps(database)
-        writer = Locked(database)
-        reader = Locked(try SQLiteDatabase(path: path, readOnly: true))
-        apps.withLock { $0 = Dictionary(uniqueKeysWithValues: loaded.map { ($0.apiKey, $0) }) }
+        return database
+    }
+
+    /// A one-page write that changes nothing: throws when the storage refuses writes.
+    private static func probe(_ database: SQLiteDatabase) throws {
+        let version = try database.query("PRAGMA user_version").first?.first?.int64 ?? 0
+        try database.transaction { try database.execute("PRAGMA user_version = \(version)") }
     }
 
     /// The schema version this build writes.
@@ -161,10 +195,15 @@ public final class Store: Sendable {
         }
     }
 
-    /// Runs `body` on the writer queue later, in order with every other write; errors are logged.
-    /// For writes the caller need not wait for (call records, traces).
+    /// Runs `body` on the writer queue later, in order with every other write. When the storage
+    /// refuses it (disk full, read-only), it waits in the backlog with every later queued write
+    /// and is written when the storage recovers; other errors are logged.
     public func enqueue(_ what: String, _ body: @escaping @Sendable (SQLiteDatabase) throws -> Void) {
         queue.async { [self] in
+            if backlog.withLock({ !$0.writes.isEmpty }) {
+                keep(what, body)  // behind the writes already waiting, in order
+                return
+            }
             writer.withLock { database in
                 guard let database else {
                     logger.error("store write after close", ["what": what])
@@ -173,11 +212,117 @@ public final class Store: Sendable {
                 do {
                     try database.transaction { try body(database) }
                     metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"])
+                } catch let error as SQLiteError where error.storageProblem != nil {
+                    metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
+                    storageFailed(error, what: what)
+                    keep(what, body)
                 } catch {
                     metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
                     logger.error("store write failed", ["what": what, "error": "\(error)"])
                 }
             }
+        }
+    }
+
+    /// Whether the storage takes writes now (false while the disk is full or read-only, until
+    /// every write kept meanwhile is stored).
+    public var isWritable: Bool { backlog.withLock { $0.problem == nil && $0.writes.isEmpty } }
+
+    /// Why the storage does not take writes, or nil.
+    public var storageProblem: String? { backlog.withLock { $0.problem } }
+
+    /// Writer queue only.
+    private func keep(_ what: String, _ body: @escaping @Sendable (SQLiteDatabase) throws -> Void) {
+        let dropped = backlog.withLock { backlog -> Bool in
+            backlog.writes.append((what, body))
+            guard backlog.writes.count > backlogLimit else { return false }
+            backlog.writes.removeFirst()
+            backlog.dropped += 1
+            return true
+        }
+        if dropped {
+            metrics?.increment("switchboard_store_writes_dropped_total")
+            logger.error("store backlog full: the oldest waiting write is lost", ["limit": String(backlogLimit)])
+        }
+        metrics?.set("switchboard_store_backlog", to: Double(backlog.withLock { $0.writes.count }))
+    }
+
+    /// Writer queue only: the storage refused a write; retry every second until it recovers.
+    private func storageFailed(_ error: SQLiteError, what: String) {
+        let (first, schedule) = backlog.withLock { backlog -> (Bool, Bool) in
+            let first = backlog.problem == nil
+            backlog.problem = error.storageProblem
+            let schedule = !backlog.retryScheduled
+            backlog.retryScheduled = true
+            return (first, schedule)
+        }
+        metrics?.set("switchboard_store_writable", to: 0)
+        if first {
+            logger.error(
+                "storage refuses writes; writes wait in memory and calls are refused until it recovers",
+                ["what": what, "problem": error.storageProblem ?? "", "error": "\(error)"])
+        }
+        if schedule { scheduleRetry() }
+    }
+
+    private func scheduleRetry() {
+        queue.asyncAfter(deadline: .now() + 1) { [self] in
+            backlog.withLock { $0.retryScheduled = false }
+            if !drainBacklog() {
+                backlog.withLock { $0.retryScheduled = true }
+                scheduleRetry()
+            }
+        }
+    }
+
+    /// Writer queue only: writes what waits, oldest first (or, with nothing waiting, probes the
+    /// storage with a one-page write). True when the storage takes writes again.
+    @discardableResult
+    private func drainBacklog() -> Bool {
+        guard backlog.withLock({ $0.problem != nil || !$0.writes.isEmpty }) else { return true }
+        guard !backlog.withLock({ $0.closed }) else { return false }
+        return writer.withLock { connection -> Bool in
+            do {
+                // Connections opened on a read-only disk stay read-only, and SQLite shares the
+                // WAL index between the connections of a process: open both again (also after
+                // a reopening that failed half-way).
+                if connection == nil || backlog.withLock({ $0.problem == "read-only" }) {
+                    connection?.close()
+                    connection = nil
+                    reader.withLock { reader in
+                        reader?.close()
+                        reader = nil
+                    }
+                    connection = try Self.openWriter(path)
+                    let reopenedReader = try SQLiteDatabase(path: path, readOnly: true)
+                    reader.withLock { $0 = reopenedReader }
+                }
+                guard let database = connection else { return false }
+                if backlog.withLock({ $0.writes.isEmpty }) { try Self.probe(database) }
+                while let next = backlog.withLock({ $0.writes.first }) {
+                    do {
+                        try database.transaction { try next.body(database) }
+                        metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"])
+                    } catch let error as SQLiteError where error.storageProblem != nil {
+                        throw error
+                    } catch {
+                        logger.error("store write failed", ["what": next.what, "error": "\(error)"])
+                    }
+                    backlog.withLock { _ = $0.writes.removeFirst() }
+                }
+            } catch {
+                metrics?.set("switchboard_store_backlog", to: Double(backlog.withLock { $0.writes.count }))
+                logger.debug("storage still refuses writes", ["error": "\(error)"])
+                return false
+            }
+            let dropped = backlog.withLock { backlog -> Int in
+                backlog.problem = nil
+                return backlog.dropped
+            }
+            metrics?.set("switchboard_store_backlog", to: 0)
+            metrics?.set("switchboard_store_writable", to: 1)
+            logger.warning("storage takes writes again; every waiting write is stored", ["lost_to_backlog_limit": String(dropped)])
+            return true
         }
     }
 
@@ -195,9 +340,15 @@ public final class Store: Sendable {
     }
 
     /// Runs `body` with the write connection on the writer queue and waits for it.
+    /// Fails with a `SQLiteError` whose `storageProblem` is set while the storage refuses writes
+    /// (after trying once more: it may have recovered).
     public func write<T: Sendable>(_ body: @Sendable (SQLiteDatabase) throws -> T) throws -> T {
         try queue.sync {
-            try writer.withLock { database in
+            if !drainBacklog() {
+                let problem = storageProblem ?? "unavailable"
+                throw SQLiteError(code: problem == "disk full" ? 13 : problem == "read-only" ? 8 : 10, message: "storage refuses writes: \(problem)")
+            }
+            return try writer.withLock { database in
                 guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
                 do {
                     let result = try database.transaction { try body(database) }
@@ -205,6 +356,7 @@ public final class Store: Sendable {
                     return result
                 } catch {
                     metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
+                    if let error = error as? SQLiteError, error.storageProblem != nil { storageFailed(error, what: "write") }
                     throw error
                 }
             }
@@ -213,7 +365,12 @@ public final class Store: Sendable {
 
     /// Finishes queued writes, checkpoints the WAL and closes the file.
     public func close() {
+        backlog.withLock { $0.closed = true }
         queue.sync {
+            let waiting = backlog.withLock { $0.writes.count }
+            if waiting > 0 {
+                logger.error("closing with writes the storage never took: they are lost", ["count": String(waiting)])
+            }
             writer.withLock { database in
                 try? database?.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 database?.close()

@@ -21,11 +21,22 @@ extension Gateway {
         case .payloadTooLarge: 413
         case .rateLimited: 429
         case .internal: 500
+        case .unavailable: 503
         default: 400
         }
     }
 
     private func fail(_ error: ErrorBody) -> HTTPResponse { failure(status(for: error), error) }
+
+    /// A write the store refused: 503 `unavailable` when the storage refuses writes (disk full,
+    /// read-only; retry later), 500 `internal` for anything else.
+    private func storeFailure(_ error: any Error, saving what: String) -> HTTPResponse {
+        if let problem = (error as? SQLiteError)?.storageProblem {
+            return fail(ErrorBody(.unavailable, "storage unavailable (\(problem)): \(what) could not be saved; retry later"))
+        }
+        logger.error("store write failed", ["what": what, "error": "\(error)"])
+        return fail(ErrorBody(.internal, "could not save \(what)"))
+    }
 
     // MARK: Devices
 
@@ -78,13 +89,15 @@ extension Gateway {
             do { try hub.store.register(device, limit: configuration.limits.maxDevicesPerUser) } catch let full as DeviceLimitReached {
                 return ("/v1/devices/{id}", fail(ErrorBody(.conflict, "a user may register at most \(full.limit) devices; remove one first")))
             } catch {
-                logger.error("device registration failed", ["error": "\(error)"])
-                return ("/v1/devices/{id}", fail(ErrorBody(.internal, "could not save the device")))
+                return ("/v1/devices/{id}", storeFailure(error, saving: "the device"))
             }
             logger.info("device registered", ["app": app.id, "identity": claims.sub, "device": deviceID, "platform": body.platform])
             return ("/v1/devices/{id}", encoded(200, device.redacted))
         case (.delete, 3):
-            let removed = (try? hub.store.removeDevice(appID: app.id, userID: claims.sub, deviceID: parts[2])) ?? false
+            let removed: Bool
+            do { removed = try hub.store.removeDevice(appID: app.id, userID: claims.sub, deviceID: parts[2]) } catch {
+                return ("/v1/devices/{id}", storeFailure(error, saving: "the removal"))
+            }
             return ("/v1/devices/{id}", removed ? HTTPResponse(status: 204) : fail(ErrorBody(.notFound, "no such device")))
         default:
             return ("/v1/devices", methodNotAllowed(allowed: parts.count == 2 ? "GET" : "PUT, DELETE"))
@@ -109,7 +122,7 @@ extension Gateway {
             do { body = try decoder.decode(Body.self, from: Data(request.body)) } catch { return (route, decodeFailure(request.body, error)) }
             guard body.identities.count <= 10_000 else { return (route, fail(ErrorBody(.payloadTooLarge, "at most 10000 identities"))) }
             do { try hub.store.setBlocked(body.identities, appID: app.id, userID: claims.sub) } catch {
-                return (route, fail(ErrorBody(.internal, "could not save the block list")))
+                return (route, storeFailure(error, saving: "the block list"))
             }
             return (route, HTTPResponse(status: 204))
         default:

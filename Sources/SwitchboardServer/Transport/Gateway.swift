@@ -68,6 +68,9 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             return ("/healthz", json(200, ["status": "ok"]))
         case (.get, "/readyz"), (.head, "/readyz"):
             if draining { return ("/readyz", failure(503, ErrorBody(.unavailable, "server is shutting down"))) }
+            if let problem = hub.store.storageProblem {
+                return ("/readyz", failure(503, ErrorBody(.unavailable, "storage refuses writes (\(problem)); calls are refused until it recovers")))
+            }
             return ("/readyz", json(200, ["status": "ready"]))
         case (.get, "/metrics"):
             metrics.set("switchboard_sessions", to: Double(hub.sessionCount))

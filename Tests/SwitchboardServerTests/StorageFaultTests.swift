@@ -1,0 +1,200 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+import Testing
+
+/// `switchboard serve` in a mount namespace of its own, its data directory on a 4 MiB tmpfs
+/// that the test fills, empties and makes read-only through a control script.
+final class ConfinedServer {
+    private let process = Process()
+    private let control = Pipe()
+    private let replies = Pipe()
+    let directory: String
+    private var buffered = ""
+
+    /// Whether this machine lets us mount a tmpfs in a new mount namespace (root or user namespaces).
+    static let available: Bool = {
+        let probe = Process()
+        probe.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+        probe.arguments = ["-m", "/bin/sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"]
+        probe.standardError = FileHandle.nullDevice
+        guard (try? probe.run()) != nil else { return false }
+        probe.waitUntilExit()
+        return probe.terminationStatus == 0
+    }()
+
+    static let script = #"""
+        set -u
+        mnt="$1"; bin="$2"; web="$3"; log="$4"
+        mount -t tmpfs -o size=4m tmpfs "$mnt" || { echo "no mount"; exit 1; }
+        pid=""
+        while read -r command argument; do
+          case "$command" in
+            start) "$bin" serve --port 0 --data-dir "$mnt/data" --web-root "$web" --log-level warning > "$log.out" 2>> "$log.err" &
+                   pid=$!; echo ok;;
+            stop)  kill "$pid"; wait "$pid"; echo "exit $?";;
+            fill)  cat /dev/zero > "$mnt/filler" 2>/dev/null; echo ok;;
+            free)  rm -f "$mnt/filler"; echo ok;;
+            ro)    mount -o remount,ro "$mnt"; echo "ok $?";;
+            rw)    mount -o remount,rw "$mnt"; echo "ok $?";;
+            copy)  cp -r "$mnt/data" "$argument"; echo ok;;
+            quit)  break;;
+          esac
+        done
+        [ -n "$pid" ] && kill "$pid" 2>/dev/null
+        exit 0
+        """#
+
+    init() throws {
+        directory = try makeTemporaryDirectory()
+        try FileManager.default.createDirectory(atPath: directory + "/mnt", withIntermediateDirectories: true)
+        try Self.script.write(toFile: directory + "/control.sh", atomically: true, encoding: .utf8)
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+        process.arguments = [
+            "-m", "/bin/bash", directory + "/control.sh", directory + "/mnt", productsDirectory + "/switchboard",
+            repositoryRoot + "/web", directory + "/serve",
+        ]
+        process.standardInput = control
+        process.standardOutput = replies
+        try process.run()
+    }
+
+    /// Runs one control command and returns its reply line.
+    @discardableResult
+    func run(_ command: String) throws -> String {
+        control.fileHandleForWriting.write(Data((command + "\n").utf8))
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !buffered.contains("\n") {
+            guard ContinuousClock.now < deadline, process.isRunning else { throw Timeout(what: "the control script's reply to \(command)") }
+            buffered += String(decoding: replies.fileHandleForReading.availableData, as: UTF8.self)
+        }
+        let line = String(buffered.prefix { $0 != "\n" })
+        buffered = String(buffered.drop { $0 != "\n" }.dropFirst())
+        return line
+    }
+
+    /// Starts the server; returns its base URL once it serves.
+    func start() async throws -> String {
+        try? FileManager.default.removeItem(atPath: directory + "/serve.out")
+        #expect(try run("start") == "ok")
+        return try await within(.seconds(15), "the server to start") { [directory] in
+            while true {
+                let printed = (try? String(contentsOfFile: directory + "/serve.out", encoding: .utf8)) ?? ""
+                if let match = printed.firstMatch(of: /running: (http:\/\/127\.0\.0\.1:\d+)\//) { return String(match.1) }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+    }
+
+    /// The development app's credentials, printed by the first start.
+    func credentials() throws -> (apiKey: String, secret: String) {
+        let printed = try String(contentsOfFile: directory + "/serve.out", encoding: .utf8)
+        let key = try #require(printed.firstMatch(of: /API key\s+(sbk_\w+)/)?.1)
+        let secret = try #require(printed.firstMatch(of: /API secret\s+(\w+)/)?.1)
+        return (String(key), String(secret))
+    }
+
+    var log: String { (try? String(contentsOfFile: directory + "/serve.err", encoding: .utf8)) ?? "" }
+
+    func stop() {
+        _ = try? run("quit")
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+@Suite(.serialized) struct StorageFaultTests {
+    static func waitUntilReady(_ base: String) async throws {
+        try await within(.seconds(10), "the store to take writes again") {
+            while try await HTTPClient.request("GET", base + "/readyz").status != 200 { try await Task.sleep(for: .milliseconds(100)) }
+        }
+    }
+
+    /// The disk fills up in the middle of a call, then frees up; later the server starts on a
+    /// read-only disk that becomes writable. Clear errors meanwhile, nothing lost, no corruption.
+    @Test(.enabled(if: ConfinedServer.available, "needs a mount namespace (unshare -m) to put the store on a small tmpfs"))
+    func aFullOrReadOnlyDiskRefusesWritesClearlyLosesNothingAndRecovers() async throws {
+        let confined = try ConfinedServer()
+        defer { confined.stop() }
+        var base = try await confined.start()
+        let (apiKey, secret) = try confined.credentials()
+        func token(_ identity: String) -> String {
+            AccessTokenVerifier.sign(
+                AccessTokenIssuer.claims(
+                    apiKey: apiKey, identity: identity, name: nil, grants: Grants(room: "*", roomJoin: true, call: true), ttlSeconds: 600),
+                secret: secret)
+        }
+        func connect(_ identity: String) async throws -> TestClient {
+            let client = try await TestClient.connect(
+                base.replacingOccurrences(of: "http:", with: "ws:") + "/v1/ws?access_token=\(token(identity))&device_id=\(identity)-web")
+            #expect(try await client.nextEnvelope().type == MessageType.sessionWelcome)
+            return client
+        }
+        func rest(_ method: String, _ path: String, as identity: String, body: String? = nil) async throws -> HTTPClientResponse {
+            try await HTTPClient.request(
+                method, base + path, headers: [("Authorization", "Bearer " + token(identity))], body: body.map { Array($0.utf8) })
+        }
+
+        let alice = try await connect("alice")
+        let bob = try await connect("bob")
+        let created = try await alice.request(MessageType.callCreate, id: "c1", encoding: CallCreateRequest(callees: ["bob"]))
+        let callID = try #require(created.data?["call_id"]?.stringValue)
+        _ = try await event(bob, "call.incoming")
+
+        // The disk fills up.
+        #expect(try confined.run("fill") == "ok")
+        let refusedDevice = try await rest("PUT", "/v1/devices/phone", as: "bob", body: #"{"platform":"web"}"#)
+        #expect(refusedDevice.status == 503)
+        #expect(refusedDevice.text.contains("unavailable") && refusedDevice.text.contains("disk full"), "\(refusedDevice.text)")
+        #expect(try await HTTPClient.request("GET", base + "/readyz").status == 503)
+        #expect(try await HTTPClient.request("GET", base + "/healthz").status == 200)
+        let refusedCall = try await alice.request(MessageType.callCreate, id: "c2", encoding: CallCreateRequest(callees: ["bob"]))
+        #expect(refusedCall.error?.code == .unavailable, "\(refusedCall)")
+        // The call in progress goes on; its records wait for the disk.
+        #expect(try await bob.request(MessageType.callAnswer, id: "a", encoding: CallActionRequest(callID: callID)).type == MessageType.ok)
+        _ = try await event(alice, "call.accepted")
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(try await alice.request(MessageType.callEnd, id: "e", encoding: CallActionRequest(callID: callID)).type == MessageType.ok)
+        // Rooms live in memory: signalling is unaffected.
+        #expect(try await alice.request(MessageType.roomJoin, id: "j", encoding: RoomJoinRequest(room: "still-works")).type == MessageType.ok)
+
+        // Space returns: the waiting records are written, writes work again.
+        #expect(try confined.run("free") == "ok")
+        try await Self.waitUntilReady(base)
+        #expect(try await rest("PUT", "/v1/devices/phone", as: "bob", body: #"{"platform":"web"}"#).status == 200)
+        let history = try JSONDecoder().decode(JSONValue.self, from: Data(try await rest("GET", "/v1/calls", as: "bob").body))
+        guard case .array(let entries)? = history["calls"] else { throw Timeout(what: "bob's history") }
+        #expect(entries.count == 1)
+        #expect(entries.first?["call_id"]?.stringValue == callID)
+        #expect(entries.first?["outcome"] == "completed", "\(String(describing: entries.first))")
+        let trace = try JSONDecoder().decode(JSONValue.self, from: Data(try await rest("GET", "/v1/calls/\(callID)/trace", as: "alice").body))
+        guard case .array(let steps)? = trace["trace"] else { throw Timeout(what: "the call's trace") }
+        #expect(steps.contains { $0["event"] == "answered" } && steps.contains { $0["event"] == "ended" }, "\(steps)")
+        #expect(confined.log.contains("storage refuses writes") && confined.log.contains("storage takes writes again"))
+        alice.socket.close()
+        bob.socket.close()
+
+        // The server starts on a read-only disk: it serves, refuses writes clearly, and takes
+        // them once the disk is writable again.
+        #expect(try confined.run("stop") == "exit 0")
+        #expect(try confined.run("ro") == "ok 0")
+        base = try await confined.start()
+        let readOnly = try await HTTPClient.request("GET", base + "/readyz")
+        #expect(readOnly.status == 503 && readOnly.text.contains("read-only"), "\(readOnly.text)")
+        #expect(try await rest("GET", "/v1/calls", as: "bob").status == 200, "reads work")
+        #expect(try await rest("PUT", "/v1/devices/tablet", as: "bob", body: #"{"platform":"web"}"#).status == 503)
+        #expect(try confined.run("rw") == "ok 0")
+        try await Self.waitUntilReady(base)
+        #expect(try await rest("PUT", "/v1/devices/tablet", as: "bob", body: #"{"platform":"web"}"#).status == 200)
+
+        // What the disk holds is sound and whole.
+        #expect(try confined.run("stop") == "exit 0")
+        #expect(try confined.run("copy \(confined.directory)/copy") == "ok")
+        let store = try Store(directory: confined.directory + "/copy")
+        defer { store.close() }
+        #expect(try store.integrityCheck() == "ok")
+        #expect(try store.devices(appID: try #require(store.allApps().first?.id), userID: "bob").map(\.deviceID).sorted() == ["phone", "tablet"])
+        #expect(try store.history(appID: try #require(store.allApps().first?.id), userID: "alice", limit: 10, before: nil).count == 1)
+    }
+}
