@@ -558,3 +558,85 @@ PY
 python3 bench/section.py "## Call setup:" <"$out/calls.md"
 fi
 
+
+# ---- Abuse: a well-behaved client's latency while one attacker pushes each limit ----
+if want abuse; then
+seconds="${ABUSE_SECONDS:-10}"
+attacks="${ABUSE_ATTACKS:-none slowloris ping-flood invite-storm registration-spam nested-json oversized}"
+ulimit -n "$(ulimit -Hn)"
+abuse_run() {  # abuse_run ATTACK: a fresh server with default limits; the attacker and the paced relay on core 1
+  local attack=$1
+  start_switchboard "$out/abuse-$attack-$run"
+  taskset -c 1 nice -n 10 "$venv/bin/python" bench/abuse.py --base "http://127.0.0.1:$port" --api-key "$key" \
+    --api-secret "$secret" --attack "$attack" --seconds $((seconds + 2)) >"$out/attack.out" 2>"$out/attack.err" &
+  local attacker=$!
+  sleep 1
+  local start_ticks; start_ticks=$(cpu_ticks "$server")
+  # 10 pairs at 40 signals/s each: under the default 50 messages/s per connection.
+  taskset -c 1 nice -n -5 "$bin/switchboard-bench" relay --server "ws://127.0.0.1:$port" --api-key "$key" --api-secret "$secret" \
+    --pairs 10 --messages $((400 * seconds)) --rate 400 >"$out/result"
+  local end_ticks; end_ticks=$(cpu_ticks "$server")
+  wait "$attacker" || { cat "$out/attack.err" >&2; return 1; }
+  local healthy; healthy=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")
+  kill "$server"; wait "$server" 2>/dev/null || true
+  python3 - "$attack" "$out/result" "$out/attack.out" "$((end_ticks - start_ticks))" "$healthy" >>"$out/abuse.jsonl" <<'PY'
+import json, sys
+attack, result_path, attack_path, ticks, healthy = sys.argv[1:6]
+result = json.loads(open(result_path).read().strip().splitlines()[-1])
+result.update(attack=attack, attacker=json.loads(open(attack_path).read().strip().splitlines()[-1]),
+              server_cpu_seconds=int(ticks) / 100, healthz=int(healthy))
+print(json.dumps(result))
+PY
+}
+for run in $(seq 1 "$runs"); do
+  for attack in $attacks; do abuse_run "$attack"; done
+done
+cat "$out/abuse.jsonl"
+
+python3 - "$out/abuse.jsonl" "$runs" "$seconds" >"$out/abuse.md" <<'PY'
+import datetime, json, os, platform, statistics, subprocess, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+runs, seconds = sys.argv[2:4]
+def pick(attack):
+    return [r for r in rows if r["attack"] == attack]
+def ms(attack, key):
+    return f"{statistics.median(r[key] for r in pick(attack)) / 1000:.2f}"
+def attacker(attack):
+    # What the attacker did and what the server let through, from the median run by p99.
+    runs = sorted(pick(attack), key=lambda r: r["p99_us"])
+    stats = dict(runs[len(runs) // 2]["attacker"])
+    stats.pop("attack", None)
+    return ", ".join(f"{k.replace('_', ' ')} {v:,}" if isinstance(v, int) else f"{k.replace('_', ' ')} {v}" for k, v in stats.items()) or "—"
+described = {
+    "none": ("none (baseline)", "—"),
+    "slowloris": ("slowloris: 1,000 connections sending a request head one header a second, reopened when cut", "`http_timeout_seconds` (10 s)"),
+    "ping-flood": ("ping flood: 20 WebSockets writing ping frames as fast as the sockets take them, reconnecting when dropped", "`max_receive_bytes_per_second` (1 MiB/s, bursts of 4 s: dropped)"),
+    "invite-storm": ("invite storm: one caller pipelining `call.create` to 16 callees", "`messages_per_second` (50), `invites_per_minute` (30), `invites_per_pair_per_minute` (10)"),
+    "registration-spam": ("registration spam: one user's token, 8 keep-alive connections of `PUT /v1/devices/{new id}`", "`max_devices_per_user` (20, then `409 conflict`)"),
+    "nested-json": ("deeply nested JSON: 10 WebSockets sending 60 KB of `[[[…]]]` (30,000 levels)", "nesting (`malformed_json`), `messages_per_second`"),
+    "oversized": ("oversized messages: 10 WebSockets sending 1 MiB messages, reconnecting", "`max_message_bytes` (64 KiB, close 1009)"),
+}
+order = [a for a in described if pick(a)]
+table = "\n".join(
+    f"| {described[a][0]} | {described[a][1]} | {attacker(a)} | {ms(a, 'p50_us')} | **{ms(a, 'p99_us')}** | {ms(a, 'p999_us')} | "
+    f"{statistics.median(r['server_cpu_seconds'] / r['seconds'] for r in pick(a)):.0%} | {'yes' if all(r['healthz'] == 200 for r in pick(a)) else 'NO'} |"
+    for a in order)
+cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+print(f"""## Abuse: a well-behaved client's latency during each attack
+
+Measured {datetime.date.today().isoformat()} on {os.cpu_count()} × {cpu_model}, Linux {platform.release()}, {swift}.
+A fresh server with the default limits for each attack. The well-behaved client is 10 pairs
+relaying 400 signals/s in all (`switchboard-bench relay --rate`, {seconds} s; latency is send to
+delivery); the attacker (`bench/abuse.py`) starts a second earlier and stops after it. The server
+runs on core 0; the client (nice −5) and the attacker (nice 10) share core 1, so an attacker
+that keeps core 1 busy also slows the client's own sending. Medians of {runs} runs; the
+attacker's figures are from the median run.
+
+| attack | limit that bounds it | attacker sent / server let through | p50 ms | p99 ms | p99.9 ms | server CPU | `/healthz` after |
+|---|---|---|---|---|---|---|---|
+{table}
+""")
+PY
+python3 bench/section.py "## Abuse:" <"$out/abuse.md"
+fi

@@ -1,4 +1,8 @@
 #include <string.h>
+#include <stddef.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include "CShims.h"
 
 CURLcode sb_curl_easy_setopt_long(CURL *handle, CURLoption option, long value) {
@@ -139,4 +143,13 @@ CURLcode sb_curl_easy_set_body(CURL *handle, sb_curl_body *body) {
     if (result == CURLE_OK) result = curl_easy_setopt(handle, CURLOPT_VERBOSE, 1L);
     if (result == CURLE_OK) result = curl_easy_setopt(handle, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->length);
     return result;
+}
+
+long long sb_tcp_bytes_received(int fd) {
+    struct tcp_info info;
+    socklen_t length = sizeof(info);
+    memset(&info, 0, sizeof(info));
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return -1;
+    if (length < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received)) return -1;
+    return (long long)info.tcpi_bytes_received;
 }

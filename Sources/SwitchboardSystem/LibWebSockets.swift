@@ -3,6 +3,7 @@
 
 import SwitchboardProtocol
 import CLibWebSockets
+import CShims
 import Foundation
 import Synchronization
 
@@ -451,6 +452,8 @@ public enum CloseReason: Sendable, Equatable {
     case messageTooLarge
     /// The connection went silent past the idle timeout, or the network failed.
     case lost
+    /// The peer sent more than `maxReceiveBytesPerSecond` allows (a flood).
+    case receiveRateExceeded
 
     /// A short label for metrics and logs.
     public var label: String {
@@ -460,6 +463,7 @@ public enum CloseReason: Sendable, Equatable {
         case .slowConsumer: "slow_consumer"
         case .messageTooLarge: "message_too_large"
         case .lost: "lost"
+        case .receiveRateExceeded: "receive_rate"
         }
     }
 }
@@ -511,6 +515,12 @@ public final class HTTPServer: @unchecked Sendable {
         public var idleTimeoutSeconds: Int = 45
         /// Time allowed for an HTTP request to arrive in full.
         public var httpTimeoutSeconds: Int = 10
+        /// Bytes per second a WebSocket may send us, control frames included (libwebsockets
+        /// answers pings itself, so only the kernel's count sees a ping flood), with bursts of
+        /// four seconds' worth; checked on each keepalive visit. 0: no limit. Per endpoint tag,
+        /// the default otherwise.
+        public var maxReceiveBytesPerSecond: Int = 0
+        public var maxReceiveBytesPerSecondByTag: [Int: Int] = [:]
         /// Extra request headers to read besides the common ones (lower case).
         public var extraHeaders: [String] = []
         /// TLS: a PEM certificate chain and private key. With them the server speaks HTTPS and
@@ -626,6 +636,11 @@ public final class HTTPServer: @unchecked Sendable {
         var pingOutstanding = false
         /// Its place in `HTTPServer.sweepList` while it is a WebSocket, else nil.
         var sweepIndex: Int?
+        /// The receive allowance: the kernel's byte count and the time at the last keepalive
+        /// visit, and the bytes it may still send at once.
+        var receivedAtVisit: Int64 = -1
+        var visitedAt: UInt64 = 0
+        var receiveCredit: Double = 0
 
         init(id: ConnectionID, wsi: OpaquePointer) {
             self.id = id
@@ -691,7 +706,14 @@ public final class HTTPServer: @unchecked Sendable {
             sweepCursor += 1
             visited += 1
             let silence = now &- conn.lastHeard
-            if silence >= dropAfter && conn.pingOutstanding {
+            if receivingTooFast(conn, now: now) {
+                // Dropped at once with a reset: a graceful close would wait for a peer that
+                // keeps sending.
+                conn.closeReason = .receiveRateExceeded
+                var hard = linger(l_onoff: 1, l_linger: 0)
+                setsockopt(lws_get_socket_fd(conn.wsi), SOL_SOCKET, SO_LINGER, &hard, socklen_t(MemoryLayout<linger>.size))
+                lws_set_timeout(conn.wsi, PENDING_TIMEOUT_CLOSE_ACK, -2)  // LWS_TO_KILL_SYNC
+            } else if silence >= dropAfter && conn.pingOutstanding {
                 conn.closeReason = .lost
                 lws_set_timeout(conn.wsi, PENDING_TIMEOUT_CLOSE_ACK, -1)  // LWS_TO_KILL_ASYNC
             } else if silence >= pingAfter && !conn.pingOutstanding {
@@ -701,6 +723,25 @@ public final class HTTPServer: @unchecked Sendable {
             }
         }
         loop.schedule(after: keepaliveSweepPeriod / Self.sweepSlices) { [weak self] in self?.sweepKeepalive() }
+    }
+
+    /// Whether `conn` sent more than its receive allowance since the last visit.
+    private func receivingTooFast(_ conn: Connection, now: UInt64) -> Bool {
+        let rate = Double(options.maxReceiveBytesPerSecondByTag[conn.tag] ?? options.maxReceiveBytesPerSecond)
+        guard rate > 0 else { return false }
+        let received = sb_tcp_bytes_received(lws_get_socket_fd(conn.wsi))
+        guard received >= 0 else { return false }
+        defer {
+            conn.receivedAtVisit = received
+            conn.visitedAt = now
+        }
+        guard conn.receivedAtVisit >= 0 else {
+            conn.receiveCredit = rate * 4
+            return false
+        }
+        let elapsed = Double(now &- conn.visitedAt) / 1_000_000
+        conn.receiveCredit = min(rate * 4, conn.receiveCredit + rate * elapsed) - Double(received - conn.receivedAtVisit)
+        return conn.receiveCredit < 0
     }
 
     private func connection(for wsi: OpaquePointer) -> Connection {

@@ -144,6 +144,47 @@ import Testing
         #expect(elapsed >= .seconds(1.5) && elapsed < .seconds(6), "closed after \(elapsed)")
     }
 
+    /// A ping flood never reaches the application (libwebsockets answers pings itself); the
+    /// kernel's byte count does, and the flooder is dropped while a normal client stays.
+    @Test func aPingFloodIsDroppedByTheReceiveRateLimit() async throws {
+        let server = try TestServer {
+            $0.limits.pingIntervalSeconds = 1  // keepalive visits every 250 ms
+            $0.limits.maxReceiveBytesPerSecond = 64 * 1024
+        }
+        defer { server.stop() }
+        let calm = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token())
+        _ = try await calm.nextEnvelope()
+        let socket = try RawSocket(port: server.server.port)
+        defer { socket.close() }
+        try socket.write(
+            "GET /v1/ws?access_token=\(server.token()) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        #expect(try socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
+        // 1,000 masked pings of 4 bytes per write: 10 KB.
+        let ping: [UInt8] = [0x89, 0x84, 1, 2, 3, 4, 0x71, 0x6F, 0x70, 0x6D]
+        let batch = Array((0..<1000).map { _ in ping }.joined())
+        // On a thread of its own: blocking sends must not hold one of the test pool's threads.
+        let flood = Task.detached { () -> (Duration, Int) in
+            await withCheckedContinuation { continuation in
+                Thread.detachNewThread {
+                    let started = ContinuousClock.now
+                    var sent = 0
+                    while socket.send(batch), ContinuousClock.now - started < .seconds(10) { sent += batch.count }
+                    continuation.resume(returning: (ContinuousClock.now - started, sent))
+                }
+            }
+        }
+        let (elapsed, sent) = await flood.value
+        #expect(elapsed < .seconds(10), "the flood was still accepted after 10 s (\(sent) bytes)")
+        try await within(.seconds(5), "the server to count the drop") {
+            while server.server.metrics.counter("switchboard_disconnects_total", ["reason": "receive_rate"]) < 1 {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        #expect(try await calm.request(MessageType.ping).type == MessageType.ok, "the calm client stays")
+        calm.socket.close()
+    }
+
     @Test func respondingClientIsKeptAliveByPings() async throws {
         let server = try TestServer {
             $0.limits.pingIntervalSeconds = 1
@@ -241,7 +282,7 @@ import Testing
 }
 
 /// A blocking TCP client for what a WebSocket library would not do (stay silent, for example).
-final class RawSocket {
+final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a time
     private let fd: Int32
 
     init(port: Int, receiveBuffer: Int32? = nil) throws {
@@ -282,6 +323,17 @@ final class RawSocket {
             guard count > 0 else { throw Timeout(what: "a socket write (errno \(errno))") }
             sent += count
         }
+    }
+
+    /// Sends bytes without raising SIGPIPE; false once the peer has closed or reset.
+    func send(_ bytes: [UInt8]) -> Bool {
+        var sent = 0
+        while sent < bytes.count {
+            let count = bytes[sent...].withUnsafeBufferPointer { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard count > 0 else { return false }
+            sent += count
+        }
+        return true
     }
 
     /// Reads the HTTP response head (up to the blank line), byte by byte so nothing after it is taken.

@@ -52,6 +52,9 @@ CURLMcode sb_curl_multi_setopt_long(CURLM *handle, CURLMoption option, long valu
 CURLcode sb_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value);
 CURLcode sb_curl_easy_getinfo_pointer(CURL *handle, CURLINFO info, void **value);
 
+/* Bytes the kernel has received on a TCP socket (TCP_INFO tcpi_bytes_received), or -1. */
+long long sb_tcp_bytes_received(int fd);
+
 /* libFuzzer's driver, for the fuzzing harness's own main (only linked in `make fuzz` builds). */
 int LLVMFuzzerRunDriver(int *argc, char ***argv, int (*callback)(const uint8_t *data, size_t size));
 

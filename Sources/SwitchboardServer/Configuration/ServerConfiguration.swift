@@ -62,6 +62,7 @@ public struct ServerConfiguration: Sendable {
         public var maxDevicesPerUser = 20
         public var apnsRequestTimeoutSeconds = 10
         public var storeBacklogWrites = 10_000
+        public var maxReceiveBytesPerSecond = 1024 * 1024
         public var invitesPerMinute = 30
         public var invitesPerPairPerMinute = 10
         public init() {}
@@ -178,6 +179,9 @@ public struct ServerConfiguration: Sendable {
         int("ring_timeout_seconds", "How long a call rings before it is missed (5-180; per call too).", 5...180, \.limits.ringTimeoutSeconds),
         int("max_callees", "Most users one call may ring.", 1...256, \.limits.maxCallees),
         int("max_devices_per_user", "Devices one user may register.", 1...1000, \.limits.maxDevicesPerUser),
+        int(
+            "max_receive_bytes_per_second", "Bytes per second one WebSocket may send, control frames included (bursts of 4 s); 0: no limit.",
+            0...(1 << 30), \.limits.maxReceiveBytesPerSecond),
         int("store_backlog_writes", "Writes kept in memory while the disk is full or read-only.", 100...10_000_000, \.limits.storeBacklogWrites),
         int("apns_request_timeout_seconds", "Time APNs has to answer one push before it counts as failed.", 1...60, \.limits.apnsRequestTimeoutSeconds),
         int("invites_per_minute", "Calls one user may start per minute.", 1...10_000, \.limits.invitesPerMinute),
@@ -236,6 +240,7 @@ public struct ServerConfiguration: Sendable {
             "max_devices_per_user": String(limits.maxDevicesPerUser),
             "apns_request_timeout_seconds": String(limits.apnsRequestTimeoutSeconds),
             "store_backlog_writes": String(limits.storeBacklogWrites),
+            "max_receive_bytes_per_second": String(limits.maxReceiveBytesPerSecond),
             "invites_per_minute": String(limits.invitesPerMinute),
             "invites_per_pair_per_minute": String(limits.invitesPerPairPerMinute),
         ]
@@ -268,6 +273,8 @@ public struct ServerConfiguration: Sendable {
         options.maxBodyBytes = limits.maxBodyBytes
         options.maxMessageBytes = limits.maxMessageBytes
         options.maxMessageBytesByTag = [Gateway.Endpoint.echo.rawValue: limits.echoMaxMessageBytes]
+        options.maxReceiveBytesPerSecond = limits.maxReceiveBytesPerSecond
+        options.maxReceiveBytesPerSecondByTag = [Gateway.Endpoint.echo.rawValue: 0]  // conformance tests send 16 MiB
         options.maxSendQueueBytes = limits.sendQueueBytes
         options.pingIntervalSeconds = limits.pingIntervalSeconds
         options.idleTimeoutSeconds = limits.idleTimeoutSeconds

@@ -105,7 +105,7 @@ public final class Store: Sendable {
         );
         CREATE INDEX call_trace_call ON call_trace (call_id, seq);
         """,
-        // 2: the APNs provider token in use per signing key, adopted after a restart.
+        // 4: the APNs provider token in use per signing key, adopted after a restart.
         """
         CREATE TABLE provider_tokens (
             key_id TEXT NOT NULL,
@@ -131,7 +131,8 @@ public final class Store: Sendable {
     /// or `problem` is set, the store is not writable; a retry every second drains it.
     private struct Backlog {
         var writes: [(what: String, body: @Sendable (SQLiteDatabase) throws -> Void)] = []
-        var problem: String?
+        /// The last refusal while the storage refuses writes.
+        var problem: SQLiteError?
         var retryScheduled = false
         var dropped = 0
         var closed = false
@@ -224,12 +225,8 @@ public final class Store: Sendable {
         }
     }
 
-    /// Whether the storage takes writes now (false while the disk is full or read-only, until
-    /// every write kept meanwhile is stored).
-    public var isWritable: Bool { backlog.withLock { $0.problem == nil && $0.writes.isEmpty } }
-
-    /// Why the storage does not take writes, or nil.
-    public var storageProblem: String? { backlog.withLock { $0.problem } }
+    /// Why the storage does not take writes now ("disk full", "read-only"...), or nil.
+    public var storageProblem: String? { backlog.withLock { $0.problem?.storageProblem } }
 
     /// Writer queue only.
     private func keep(_ what: String, _ body: @escaping @Sendable (SQLiteDatabase) throws -> Void) {
@@ -251,7 +248,7 @@ public final class Store: Sendable {
     private func storageFailed(_ error: SQLiteError, what: String) {
         let (first, schedule) = backlog.withLock { backlog -> (Bool, Bool) in
             let first = backlog.problem == nil
-            backlog.problem = error.storageProblem
+            backlog.problem = error
             let schedule = !backlog.retryScheduled
             backlog.retryScheduled = true
             return (first, schedule)
@@ -286,7 +283,7 @@ public final class Store: Sendable {
                 // Connections opened on a read-only disk stay read-only, and SQLite shares the
                 // WAL index between the connections of a process: open both again (also after
                 // a reopening that failed half-way).
-                if connection == nil || backlog.withLock({ $0.problem == "read-only" }) {
+                if connection == nil || backlog.withLock({ $0.problem?.storageProblem == "read-only" }) {
                     connection?.close()
                     connection = nil
                     reader.withLock { reader in
@@ -344,10 +341,7 @@ public final class Store: Sendable {
     /// (after trying once more: it may have recovered).
     public func write<T: Sendable>(_ body: @Sendable (SQLiteDatabase) throws -> T) throws -> T {
         try queue.sync {
-            if !drainBacklog() {
-                let problem = storageProblem ?? "unavailable"
-                throw SQLiteError(code: problem == "disk full" ? 13 : problem == "read-only" ? 8 : 10, message: "storage refuses writes: \(problem)")
-            }
+            if !drainBacklog(), let refusal = backlog.withLock({ $0.problem }) { throw refusal }
             return try writer.withLock { database in
                 guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
                 do {
