@@ -156,37 +156,52 @@ class Attack:
         await asyncio.gather(*(one(i) for i in range(connections)))
 
     async def invite_storm(self):
-        """One caller pipelining call.create to 16 callees as fast as the socket takes them."""
-        reader, writer = await websocket(self.host, self.port, self.token("storm-caller"), "storm-caller-web")
+        """One caller pipelining call.create to 16 callees as fast as the socket takes them,
+        reconnecting when dropped."""
+        access = self.token("storm-caller")
         callees = [f"storm-callee-{i}" for i in range(16)]
-
-        async def replies():
-            try:
-                async for opcode, payload in frames(reader):
-                    if opcode != 0x1:
-                        continue
-                    message = json.loads(payload)
-                    if message.get("type") == "ok":
-                        self.count("invites_accepted")
-                    elif message.get("type") == "error":
-                        self.count("refused_" + message["error"]["code"])
-            except (asyncio.IncompleteReadError, ConnectionError):
-                self.count("closed_by_server")
-
-        reading = asyncio.ensure_future(replies())
         n = 0
-        while self.running() and not reading.done():
-            batch = b"".join(
-                frame(0x1, json.dumps({"type": "call.create", "id": n + i, "data": {"callees": callees}}).encode())
-                for i in range(50))
-            n += 50
-            writer.write(batch)
-            await writer.drain()
-            self.count("invites_sent", 50)
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.5)
-        reading.cancel()
-        writer.close()
+        while self.running():
+            try:
+                reader, writer = await websocket(self.host, self.port, access, "storm-caller-web")
+            except (OSError, RuntimeError):
+                self.count("connect_failures")
+                await asyncio.sleep(0.1)
+                continue
+            self.count("connections_opened")
+
+            async def replies():
+                try:
+                    async for opcode, payload in frames(reader):
+                        if opcode != 0x1:
+                            continue
+                        message = json.loads(payload)
+                        if message.get("type") == "ok":
+                            self.count("invites_accepted")
+                        elif message.get("type") == "error":
+                            self.count("refused_" + message["error"]["code"])
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    pass
+
+            reading = asyncio.ensure_future(replies())
+            while self.running() and not reading.done():
+                batch = b"".join(
+                    frame(0x1, json.dumps({"type": "call.create", "id": n + i, "data": {"callees": callees}}).encode())
+                    for i in range(50))
+                n += 50
+                try:
+                    writer.write(batch)
+                    await writer.drain()
+                except ConnectionError:
+                    break
+                self.count("invites_sent", 50)
+                await asyncio.sleep(0)
+            if self.running():
+                self.count("dropped_by_server")
+            else:
+                await asyncio.sleep(0.5)
+            reading.cancel()
+            writer.close()
 
     async def registration_spam(self, connections=8):
         """One user's token registering new devices over keep-alive HTTP connections."""
@@ -211,32 +226,43 @@ class Attack:
         await asyncio.gather(*(one(i) for i in range(connections)))
 
     async def nested_json(self, connections=10):
-        """Messages just under the size limit, nested as deep as they can be."""
+        """Messages just under the size limit, nested as deep as they can be, reconnecting
+        when dropped."""
         access = self.token("nester")
         depth = 30000
         payload = frame(0x1, b"[" * depth + b"]" * depth)
 
         async def one(index):
-            reader, writer = await websocket(self.host, self.port, access, f"nester-{index}")
-
-            async def replies():
+            while self.running():
                 try:
-                    async for opcode, data in frames(reader):
-                        if opcode == 0x1:
-                            self.count("refused_" + json.loads(data).get("error", {}).get("code", "other"))
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    self.count("closed_by_server")
+                    reader, writer = await websocket(self.host, self.port, access, f"nester-{index}")
+                except (OSError, RuntimeError):
+                    self.count("connect_failures")
+                    await asyncio.sleep(0.1)
+                    continue
+                self.count("connections_opened")
 
-            reading = asyncio.ensure_future(replies())
-            while self.running() and not reading.done():
-                writer.write(payload * 10)
-                try:
-                    await writer.drain()
-                except ConnectionError:
-                    break
-                self.count("messages_sent", 10)
-            reading.cancel()
-            writer.close()
+                async def replies():
+                    try:
+                        async for opcode, data in frames(reader):
+                            message = json.loads(data) if opcode == 0x1 else {}
+                            if message.get("type") == "error":
+                                self.count("refused_" + message["error"]["code"])
+                    except (asyncio.IncompleteReadError, ConnectionError):
+                        pass
+
+                reading = asyncio.ensure_future(replies())
+                while self.running() and not reading.done():
+                    try:
+                        writer.write(payload * 10)
+                        await writer.drain()
+                    except ConnectionError:
+                        break
+                    self.count("messages_sent", 10)
+                if self.running():
+                    self.count("dropped_by_server")
+                reading.cancel()
+                writer.close()
 
         await asyncio.gather(*(one(i) for i in range(connections)))
 

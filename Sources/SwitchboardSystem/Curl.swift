@@ -155,10 +155,10 @@ public struct HTTP2TransportError: Error, Sendable, CustomStringConvertible {
 ///
 /// Requests wait for a free stream on an open connection rather than opening new connections,
 /// up to `maxConnections`; each connection carries at most the server's
-/// SETTINGS_MAX_CONCURRENT_STREAMS (and `maxConcurrentStreams`) at once. Requests the server
-/// refused unprocessed (REFUSED_STREAM, or above a GOAWAY's last stream id) are retried by
-/// libcurl on a new connection. A request whose connection died after it was sent is not:
-/// it fails, because the server may have processed it.
+/// SETTINGS_MAX_CONCURRENT_STREAMS (and `maxConcurrentStreams`) at once. Requests above a
+/// GOAWAY's last stream id (refused unprocessed) are retried by libcurl on a new connection.
+/// Any other request whose connection ended before the answer fails instead, because the
+/// server may have processed it (a lone REFUSED_STREAM too: libcurl does not tell it apart).
 public final class HTTP2Client: @unchecked Sendable {
     // Safety: `multi` is touched only on the client's thread; `queue` and `stopping` are guarded.
 
