@@ -114,94 +114,80 @@ class Attack:
         lifetimes.sort()
         self.stats["median_seconds_before_cut"] = round(lifetimes[len(lifetimes) // 2], 2) if lifetimes else None
 
-    async def ping_flood(self, connections=20):
-        """WebSocket ping frames as fast as the sockets take them, pongs read and dropped; a
-        connection the server drops is opened again."""
-        access = self.token("pinger")
-        batch = frame(0x9, b"flood") * 256
-
-        async def one(index):
-            while self.running():
-                try:
-                    reader, writer = await websocket(self.host, self.port, access, f"pinger-{index}")
-                except (OSError, RuntimeError):
-                    self.count("connect_failures")
-                    await asyncio.sleep(0.1)
-                    continue
-                self.count("connections_opened")
-
-                async def drain():
-                    try:
-                        async for opcode, _ in frames(reader):
-                            if opcode == 0xA:
-                                self.count("pongs")
-                            elif opcode == 0x8:
-                                return
-                    except (asyncio.IncompleteReadError, ConnectionError):
-                        pass
-
-                reading = asyncio.ensure_future(drain())
-                while self.running() and not reading.done():
-                    writer.write(batch)
-                    try:
-                        await writer.drain()
-                    except ConnectionError:
-                        break
-                    self.count("pings_sent", 256)
-                if self.running():
-                    self.count("dropped_by_server")
-                reading.cancel()
-                writer.close()
-
-        await asyncio.gather(*(one(i) for i in range(connections)))
-
-    async def invite_storm(self):
-        """One caller pipelining call.create to 16 callees as fast as the socket takes them,
-        reconnecting when dropped."""
-        access = self.token("storm-caller")
-        callees = [f"storm-callee-{i}" for i in range(16)]
-        n = 0
+    async def keep_connected(self, access, device, work):
+        """Runs `work(reader, writer)` on a WebSocket, opening a new one whenever the server
+        drops it, until the time is up."""
         while self.running():
             try:
-                reader, writer = await websocket(self.host, self.port, access, "storm-caller-web")
+                reader, writer = await websocket(self.host, self.port, access, device)
             except (OSError, RuntimeError):
                 self.count("connect_failures")
                 await asyncio.sleep(0.1)
                 continue
             self.count("connections_opened")
-
-            async def replies():
-                try:
-                    async for opcode, payload in frames(reader):
-                        if opcode != 0x1:
-                            continue
-                        message = json.loads(payload)
-                        if message.get("type") == "ok":
-                            self.count("invites_accepted")
-                        elif message.get("type") == "error":
-                            self.count("refused_" + message["error"]["code"])
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    pass
-
-            reading = asyncio.ensure_future(replies())
-            while self.running() and not reading.done():
-                batch = b"".join(
-                    frame(0x1, json.dumps({"type": "call.create", "id": n + i, "data": {"callees": callees}}).encode())
-                    for i in range(50))
-                n += 50
-                try:
-                    writer.write(batch)
-                    await writer.drain()
-                except ConnectionError:
-                    break
-                self.count("invites_sent", 50)
-                await asyncio.sleep(0)
+            try:
+                await work(reader, writer)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
             if self.running():
                 self.count("dropped_by_server")
-            else:
-                await asyncio.sleep(0.5)
-            reading.cancel()
             writer.close()
+
+    async def read_replies(self, reader):
+        """Counts what the server answers: pongs, `ok`, errors by code, the close code."""
+        try:
+            async for opcode, data in frames(reader):
+                if opcode == 0xA:
+                    self.count("pongs")
+                elif opcode == 0x8:
+                    self.count(f"closed_{int.from_bytes(data[:2], 'big')}")
+                    return
+                elif opcode == 0x1:
+                    message = json.loads(data)
+                    if message.get("type") == "ok":
+                        self.count("accepted")
+                    elif message.get("type") == "error":
+                        self.count("refused_" + message["error"]["code"])
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+
+    async def send_until_dropped(self, reader, writer, batch, counter, per_batch):
+        """Writes `batch` as fast as the socket takes it until the server closes."""
+        reading = asyncio.ensure_future(self.read_replies(reader))
+        try:
+            while self.running() and not reading.done():
+                writer.write(batch())
+                await writer.drain()
+                self.count(counter, per_batch)
+                await asyncio.sleep(0)
+        finally:
+            reading.cancel()
+
+    async def ping_flood(self, connections=20):
+        """WebSocket ping frames as fast as the sockets take them."""
+        access = self.token("pinger")
+        pings = frame(0x9, b"flood") * 256
+
+        async def flood(reader, writer):
+            await self.send_until_dropped(reader, writer, lambda: pings, "pings_sent", 256)
+
+        await asyncio.gather(*(self.keep_connected(access, f"pinger-{i}", flood) for i in range(connections)))
+
+    async def invite_storm(self):
+        """One caller pipelining call.create to 16 callees as fast as the socket takes them."""
+        access = self.token("storm-caller")
+        callees = [f"storm-callee-{i}" for i in range(16)]
+        sent = iter(range(1 << 62))
+
+        def invites():
+            return b"".join(
+                frame(0x1, json.dumps({"type": "call.create", "id": next(sent), "data": {"callees": callees}}).encode())
+                for _ in range(50))
+
+        async def storm(reader, writer):
+            await self.send_until_dropped(reader, writer, invites, "invites_sent", 50)
+
+        await self.keep_connected(access, "storm-caller-web", storm)
 
     async def registration_spam(self, connections=8):
         """One user's token registering new devices over keep-alive HTTP connections."""
@@ -226,71 +212,27 @@ class Attack:
         await asyncio.gather(*(one(i) for i in range(connections)))
 
     async def nested_json(self, connections=10):
-        """Messages just under the size limit, nested as deep as they can be, reconnecting
-        when dropped."""
+        """Messages just under the size limit, nested as deep as they can be."""
         access = self.token("nester")
         depth = 30000
-        payload = frame(0x1, b"[" * depth + b"]" * depth)
+        messages = frame(0x1, b"[" * depth + b"]" * depth) * 10
 
-        async def one(index):
-            while self.running():
-                try:
-                    reader, writer = await websocket(self.host, self.port, access, f"nester-{index}")
-                except (OSError, RuntimeError):
-                    self.count("connect_failures")
-                    await asyncio.sleep(0.1)
-                    continue
-                self.count("connections_opened")
+        async def nest(reader, writer):
+            await self.send_until_dropped(reader, writer, lambda: messages, "messages_sent", 10)
 
-                async def replies():
-                    try:
-                        async for opcode, data in frames(reader):
-                            message = json.loads(data) if opcode == 0x1 else {}
-                            if message.get("type") == "error":
-                                self.count("refused_" + message["error"]["code"])
-                    except (asyncio.IncompleteReadError, ConnectionError):
-                        pass
-
-                reading = asyncio.ensure_future(replies())
-                while self.running() and not reading.done():
-                    try:
-                        writer.write(payload * 10)
-                        await writer.drain()
-                    except ConnectionError:
-                        break
-                    self.count("messages_sent", 10)
-                if self.running():
-                    self.count("dropped_by_server")
-                reading.cancel()
-                writer.close()
-
-        await asyncio.gather(*(one(i) for i in range(connections)))
+        await asyncio.gather(*(self.keep_connected(access, f"nester-{i}", nest) for i in range(connections)))
 
     async def oversized(self, connections=10):
         """1 MiB messages (the limit is 64 KiB): each connection is closed, and reopened."""
         access = self.token("oversizer")
         payload = frame(0x1, b'"' + b"x" * (1 << 20) + b'"')
 
-        async def one(index):
-            while self.running():
-                try:
-                    reader, writer = await websocket(self.host, self.port, access, f"oversizer-{index}")
-                except (OSError, RuntimeError):
-                    self.count("connect_failures")
-                    continue
-                self.count("connections_opened")
-                try:
-                    writer.write(payload)
-                    await writer.drain()
-                    async for opcode, data in frames(reader):
-                        if opcode == 0x8:
-                            self.count(f"closed_{int.from_bytes(data[:2], 'big')}")
-                            break
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    self.count("closed_by_server")
-                writer.close()
+        async def oversize(reader, writer):
+            writer.write(payload)
+            await writer.drain()
+            await self.read_replies(reader)
 
-        await asyncio.gather(*(one(i) for i in range(connections)))
+        await asyncio.gather(*(self.keep_connected(access, f"oversizer-{i}", oversize) for i in range(connections)))
 
     async def none(self):
         await asyncio.sleep(self.args.seconds)

@@ -22,7 +22,7 @@ final class ServerProcess: Sendable {
         self.dataDirectory = dataDirectory
         port = try Self.freePort()
         arguments = [
-            "serve", "--port", String(port), "--data-dir", dataDirectory, "--web-root", Self.repositoryRoot + "/web",
+            "serve", "--port", String(port), "--data-dir", dataDirectory, "--web-root", repositoryRoot + "/web",
             "--apns-url", sandbox.url, "--apns-ca-file", sandbox.certificatePath, "--log-level", "warning",
         ]
         try start()
@@ -31,7 +31,7 @@ final class ServerProcess: Sendable {
     /// Starts the server and waits until it answers `/healthz`.
     func start() throws {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.productsDirectory + "/switchboard")
+        process.executableURL = URL(fileURLWithPath: productsDirectory + "/switchboard")
         process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice
         if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
@@ -78,22 +78,6 @@ final class ServerProcess: Sendable {
         guard bound else { throw Timeout(what: "a free port") }
         return Int(UInt16(bigEndian: address.sin_port))
     }
-
-    static let repositoryRoot: String = {
-        var url = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { url.deleteLastPathComponent() }
-        return url.path
-    }()
-
-    static let productsDirectory: String = {
-        if let override = ProcessInfo.processInfo.environment["SWITCHBOARD_PRODUCTS"] { return override }
-        var url = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        while url.path != "/" {
-            if FileManager.default.isExecutableFile(atPath: url.appendingPathComponent("switchboard").path) { return url.path }
-            url.deleteLastPathComponent()
-        }
-        return repositoryRoot + "/.build/debug"
-    }()
 }
 
 @Suite struct CrashRecoveryTests {

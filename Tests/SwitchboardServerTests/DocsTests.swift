@@ -2,6 +2,7 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardTesting
 import Testing
 
 /// The docs list what the code has; these fail when one changes without the other.

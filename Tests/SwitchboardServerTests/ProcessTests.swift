@@ -2,6 +2,7 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardTesting
 import Testing
 
 /// Runs a built executable and collects its output.

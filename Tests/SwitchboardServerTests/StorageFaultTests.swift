@@ -2,6 +2,7 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardTesting
 import Testing
 
 /// `switchboard serve` in a mount namespace of its own, its data directory on a 4 MiB tmpfs

@@ -2,6 +2,7 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardTesting
 import Testing
 
 /// A real server on 127.0.0.1 with a free port and a fresh data directory, and one app.
@@ -47,23 +48,6 @@ final class TestServer: Sendable {
 /// The client loop shared by the tests.
 let clientLoop: EventLoop = {
     do { return try EventLoop(name: "test-client") } catch { fatalError("cannot start the client loop: \(error)") }
-}()
-
-let repositoryRoot: String = {
-    var url = URL(fileURLWithPath: #filePath)
-    for _ in 0..<3 { url.deleteLastPathComponent() }
-    return url.path
-}()
-
-/// The folder of the built executables (next to the test bundle).
-let productsDirectory: String = {
-    if let override = ProcessInfo.processInfo.environment["SWITCHBOARD_PRODUCTS"] { return override }
-    var url = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-    while url.path != "/" {
-        if FileManager.default.isExecutableFile(atPath: url.appendingPathComponent("switchboard").path) { return url.path }
-        url.deleteLastPathComponent()
-    }
-    return repositoryRoot + "/.build/debug"
 }()
 
 func makeTemporaryDirectory() throws -> String {
