@@ -613,11 +613,11 @@ def attacker(attack):
 described = {
     "none": ("none (baseline)", "—"),
     "slowloris": ("slowloris: 1,000 connections sending a request head one header a second, reopened when cut", "`http_timeout_seconds` (10 s)"),
-    "ping-flood": ("ping flood: 20 WebSockets writing ping frames as fast as the sockets take them, reconnecting when dropped", "`max_receive_bytes_per_second` (1 MiB/s, bursts of 4 s: dropped)"),
-    "invite-storm": ("invite storm: one caller pipelining `call.create` to 16 callees, reconnecting when dropped", "`invites_per_minute` (30), `invites_per_pair_per_minute` (10), `messages_per_second` (50), `max_receive_bytes_per_second`"),
+    "ping-flood": ("ping flood: 20 WebSockets writing ping frames as fast as the sockets take them, reconnecting when dropped", "`max_receive_bytes_per_second` (1 MiB/s, bursts of 4 s: dropped), `connects_per_identity_per_minute` (60)"),
+    "invite-storm": ("invite storm: one caller pipelining `call.create` to 16 callees, reconnecting when dropped", "`invites_per_minute` (30), `invites_per_pair_per_minute` (10), `messages_per_second` (50), `max_receive_bytes_per_second`, `connects_per_identity_per_minute`"),
     "registration-spam": ("registration spam: one user's token, 8 keep-alive connections of `PUT /v1/devices/{new id}`", "`max_devices_per_user` (20, then `409 conflict`)"),
-    "nested-json": ("deeply nested JSON: 10 WebSockets sending 60 KB of `[[[…]]]` (30,000 levels), reconnecting when dropped", "nesting (`malformed_json`), `messages_per_second`, `max_receive_bytes_per_second`"),
-    "oversized": ("oversized messages: 10 WebSockets sending 1 MiB messages, reconnecting", "`max_message_bytes` (64 KiB, close 1009)"),
+    "nested-json": ("deeply nested JSON: 10 WebSockets sending 60 KB of `[[[…]]]` (30,000 levels), reconnecting when dropped", "nesting (`malformed_json`), `messages_per_second`, `max_receive_bytes_per_second`, `connects_per_identity_per_minute`"),
+    "oversized": ("oversized messages: 10 WebSockets sending 1 MiB messages, reconnecting", "`max_message_bytes` (64 KiB, close 1009), `connects_per_identity_per_minute` (60)"),
 }
 order = [a for a in described if pick(a)]
 table = "\n".join(

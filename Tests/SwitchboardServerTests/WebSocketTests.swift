@@ -185,6 +185,27 @@ import Testing
         calm.socket.close()
     }
 
+    /// An identity that keeps reconnecting (a flooder cut off again and again) is refused
+    /// before the upgrade once it has used its connects; other identities are not.
+    @Test func reconnectingPastTheConnectLimitIsRefusedWithRetryAfter() async throws {
+        let server = try TestServer { $0.limits.connectsPerIdentityPerMinute = 3 }
+        defer { server.stop() }
+        func upgrade(_ identity: String) throws -> String {
+            let socket = try RawSocket(port: server.server.port)
+            defer { socket.close() }
+            try socket.write(
+                "GET /v1/ws?access_token=\(server.token(identity)) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                    + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+            return try socket.readHandshakeResponse()
+        }
+        for _ in 0..<3 { #expect(try upgrade("mallory").hasPrefix("HTTP/1.1 101")) }
+        let refused = try upgrade("mallory")
+        #expect(refused.split(separator: "\r\n").first?.split(separator: " ").dropFirst().first == "429", "\(refused)")
+        #expect(refused.lowercased().contains("retry-after: 20"), "one connect every 20 s at 3 a minute: \(refused)")
+        #expect(try upgrade("alice").hasPrefix("HTTP/1.1 101"), "other identities connect")
+        #expect(server.server.metrics.counter("switchboard_connections_refused_total", ["reason": "rate_limited"]) == 1)
+    }
+
     @Test func respondingClientIsKeptAliveByPings() async throws {
         let server = try TestServer {
             $0.limits.pingIntervalSeconds = 1

@@ -63,6 +63,7 @@ public struct ServerConfiguration: Sendable {
         public var apnsRequestTimeoutSeconds = 10
         public var storeBacklogWrites = 10_000
         public var maxReceiveBytesPerSecond = 1024 * 1024
+        public var connectsPerIdentityPerMinute = 60
         public var invitesPerMinute = 30
         public var invitesPerPairPerMinute = 10
         public init() {}
@@ -182,6 +183,9 @@ public struct ServerConfiguration: Sendable {
         int(
             "max_receive_bytes_per_second", "Bytes per second one WebSocket may send, control frames included (bursts of 4 s); 0: no limit.",
             0...(1 << 30), \.limits.maxReceiveBytesPerSecond),
+        int(
+            "connects_per_identity_per_minute", "WebSocket connects one identity may make per minute (bursts of a minute's worth).",
+            1...1_000_000, \.limits.connectsPerIdentityPerMinute),
         int("store_backlog_writes", "Writes kept in memory while the disk is full or read-only.", 100...10_000_000, \.limits.storeBacklogWrites),
         int("apns_request_timeout_seconds", "Time APNs has to answer one push before it counts as failed.", 1...60, \.limits.apnsRequestTimeoutSeconds),
         int("invites_per_minute", "Calls one user may start per minute.", 1...10_000, \.limits.invitesPerMinute),
@@ -241,6 +245,7 @@ public struct ServerConfiguration: Sendable {
             "apns_request_timeout_seconds": String(limits.apnsRequestTimeoutSeconds),
             "store_backlog_writes": String(limits.storeBacklogWrites),
             "max_receive_bytes_per_second": String(limits.maxReceiveBytesPerSecond),
+            "connects_per_identity_per_minute": String(limits.connectsPerIdentityPerMinute),
             "invites_per_minute": String(limits.invitesPerMinute),
             "invites_per_pair_per_minute": String(limits.invitesPerPairPerMinute),
         ]

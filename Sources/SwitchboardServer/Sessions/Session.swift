@@ -79,10 +79,27 @@ struct TokenBucket {
     private var updated: ContinuousClock.Instant
 
     init(rate: Int, burst: Int, now: ContinuousClock.Instant) {
-        self.rate = Double(rate)
+        self.init(rate: Double(rate), burst: burst, now: now)
+    }
+
+    init(rate: Double, burst: Int, now: ContinuousClock.Instant) {
+        self.rate = rate
         self.burst = Double(max(burst, 1))
         tokens = self.burst
         updated = now
+    }
+
+    /// Whether the bucket would be full by `now` (nothing to remember about it).
+    func isFull(now: ContinuousClock.Instant) -> Bool {
+        let elapsed = now - updated
+        return tokens + (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18) * rate >= burst
+    }
+
+    /// Seconds until a token is available (0 when one is).
+    func wait(now: ContinuousClock.Instant) -> Int {
+        let elapsed = now - updated
+        let available = min(burst, tokens + (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18) * rate)
+        return available >= 1 ? 0 : Int(((1 - available) / rate).rounded(.up))
     }
 
     /// Takes one token if there is one.

@@ -22,6 +22,9 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     private(set) weak var server: HTTPServer?
     let hub: Hub
     private var authenticated: [ConnectionID: (AccessTokenClaims, App, Hub.ResumeRequest?, String?)] = [:]
+    /// WebSocket connects per app and identity (`connects_per_identity_per_minute`). Loop thread only.
+    private var connectBuckets: [String: TokenBucket] = [:]
+    private var connectBucketsPruned = ContinuousClock.now
     private var echoConnections: Set<ConnectionID> = []
     private(set) var draining = false
     private let staticFiles: StaticFiles
@@ -177,6 +180,13 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             do throws(TokenError) {
                 let claims = try verifier.verify(token) { store.app(apiKey: $0)?.apiSecret }
                 guard let app = store.app(apiKey: claims.iss) else { throw TokenError.unknownIssuer }
+                if let wait = connectRefusal(app: app, identity: claims.sub) {
+                    metrics.increment("switchboard_connections_refused_total", ["reason": ErrorCode.rateLimited.rawValue])
+                    return .reject(
+                        failure(
+                            429, ErrorBody(.rateLimited, "too many connections for this identity; retry in \(wait) s"),
+                            headers: [("Retry-After", String(wait))]))
+                }
                 var resume: Hub.ResumeRequest?
                 if let resumeToken = request.query["resume_token"], !resumeToken.isEmpty {
                     resume = Hub.ResumeRequest(token: resumeToken, lastSequence: UInt64(request.query["last_seq"] ?? "") ?? 0)
@@ -194,6 +204,23 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         default:
             return .reject(failure(404, ErrorBody(.notFound, "no WebSocket endpoint at \(request.path)")))
         }
+    }
+
+    /// Seconds to wait when `identity` has used up `connects_per_identity_per_minute`, else nil
+    /// (and the connect is counted). Loop thread only.
+    private func connectRefusal(app: App, identity: String) -> Int? {
+        let perMinute = configuration.limits.connectsPerIdentityPerMinute
+        let now = ContinuousClock.now
+        let key = app.id + "\u{0}" + identity
+        var bucket = connectBuckets[key] ?? TokenBucket(rate: Double(perMinute) / 60, burst: perMinute, now: now)
+        let allowed = bucket.take(now: now)
+        connectBuckets[key] = bucket
+        // Forget identities whose allowance is whole again, at most once a minute.
+        if now - connectBucketsPruned > .seconds(60) {
+            connectBucketsPruned = now
+            connectBuckets = connectBuckets.filter { !$0.value.isFull(now: now) }
+        }
+        return allowed ? nil : max(1, bucket.wait(now: now))
     }
 
     func bearerToken(_ header: String?) -> String? {
