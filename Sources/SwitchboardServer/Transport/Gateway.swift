@@ -215,8 +215,9 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         var bucket = connectBuckets[key] ?? TokenBucket(rate: Double(perMinute) / 60, burst: perMinute, now: now)
         let allowed = bucket.take(now: now)
         connectBuckets[key] = bucket
-        // Forget identities whose allowance is whole again, at most once a minute.
-        if now - connectBucketsPruned > .seconds(60) {
+        // Forget identities whose allowance is whole again (most, a second after they
+        // connect), every few seconds: at thousands of connects a second the map stays small.
+        if now - connectBucketsPruned > .seconds(5) {
             connectBucketsPruned = now
             connectBuckets = connectBuckets.filter { !$0.value.isFull(now: now) }
         }
