@@ -24,7 +24,7 @@ struct Peer {
     }
 
     /// The next sequenced event.
-    func event(timeout: Duration = .seconds(5)) async throws -> Envelope {
+    func event(timeout: Duration = .seconds(5) * testSlowdown) async throws -> Envelope {
         let envelope = try await client.nextEnvelope(timeout: timeout)
         guard envelope.seq != nil else { throw UnexpectedMessage(description: "not an event: \(envelope)") }
         return envelope
@@ -140,7 +140,7 @@ func basicAuth(_ app: App) -> (String, String) {
         var reasons: Set<String> = []
         let deadline = ContinuousClock.now + .seconds(20) * testSlowdown
         while left < ghosts && ContinuousClock.now < deadline {
-            let event = try await watcher.event(timeout: .seconds(10))
+            let event = try await watcher.event(timeout: deadline - .now)
             if event.type == "room.peer_left" {
                 left += 1
                 reasons.insert(event.data?["reason"]?.stringValue ?? "")

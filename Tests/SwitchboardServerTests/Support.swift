@@ -115,7 +115,7 @@ final class TestClient: Sendable {
     }
 
     /// The next message, decoded as an envelope.
-    func nextEnvelope(timeout: Duration = .seconds(5)) async throws -> Envelope {
+    func nextEnvelope(timeout: Duration = .seconds(5) * testSlowdown) async throws -> Envelope {
         if let stashed = stash.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { return stashed }
         let event = try await next(timeout: timeout)
         guard case .text(let text) = event else {
