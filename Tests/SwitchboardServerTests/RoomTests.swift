@@ -112,9 +112,7 @@ func basicAuth(_ app: App) -> (String, String) {
         for index in 0..<ghosts {
             let socket = try RawSocket(port: server.server.port)
             sockets.append(socket)
-            try socket.write(
-                "GET /v1/ws?access_token=\(server.token("ghost\(index)", grants: Grants(room: "*", roomJoin: true))) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
-                    + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+            try socket.requestUpgrade(token: server.token("ghost\(index)", grants: Grants(room: "*", roomJoin: true)))
             #expect(try socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
             try socket.writeTextFrame(#"{"type":"room.join","id":"j","data":{"room":"crowd"}}"#)
         }

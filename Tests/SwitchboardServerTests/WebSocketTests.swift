@@ -133,9 +133,7 @@ import Testing
         // A raw socket completes the handshake and then never answers the server's pings.
         let socket = try RawSocket(port: server.server.port)
         defer { socket.close() }
-        try socket.write(
-            "GET /v1/ws?access_token=\(server.token()) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
-                + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        try socket.requestUpgrade(token: server.token())
         let started = ContinuousClock.now
         let received = try socket.readUntilClosed(limit: .seconds(10))
         let elapsed = ContinuousClock.now - started
@@ -156,9 +154,7 @@ import Testing
         _ = try await calm.nextEnvelope()
         let socket = try RawSocket(port: server.server.port)
         defer { socket.close() }
-        try socket.write(
-            "GET /v1/ws?access_token=\(server.token()) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
-                + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        try socket.requestUpgrade(token: server.token())
         #expect(try socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
         // 1,000 masked pings of 4 bytes per write: 10 KB.
         let ping: [UInt8] = [0x89, 0x84, 1, 2, 3, 4, 0x71, 0x6F, 0x70, 0x6D]
@@ -193,9 +189,7 @@ import Testing
         func upgrade(_ identity: String) throws -> String {
             let socket = try RawSocket(port: server.server.port)
             defer { socket.close() }
-            try socket.write(
-                "GET /v1/ws?access_token=\(server.token(identity)) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
-                    + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+            try socket.requestUpgrade(token: server.token(identity))
             return try socket.readHandshakeResponse()
         }
         for _ in 0..<3 { #expect(try upgrade("mallory").hasPrefix("HTTP/1.1 101")) }
@@ -224,9 +218,7 @@ import Testing
         defer { server.stop() }
         let socket = try RawSocket(port: server.server.port, receiveBuffer: 4096)
         defer { socket.close() }
-        try socket.write(
-            "GET /v1/ws?access_token=\(server.token()) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
-                + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        try socket.requestUpgrade(token: server.token())
         // RFC 6455 4.1: a client sends nothing more until the server's handshake has arrived.
         #expect(try socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
         // Ask for many replies and never read one: the kernel buffers fill, then the send queue.
@@ -326,6 +318,13 @@ final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a
         guard Glibc.write(fd, bytes, bytes.count) == bytes.count else { throw Timeout(what: "a socket write") }
     }
 
+    /// Writes a WebSocket upgrade request for `/v1/ws` with this access token.
+    func requestUpgrade(token: String) throws {
+        try write(
+            "GET /v1/ws?access_token=\(token) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+    }
+
     /// Sends one masked text frame, as a client must (RFC 6455 5.3).
     func writeTextFrame(_ text: String) throws {
         let payload = Array(text.utf8)
@@ -338,12 +337,7 @@ final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a
         let mask: [UInt8] = [0x12, 0x34, 0x56, 0x78]
         frame += mask
         frame += payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
-        var sent = 0
-        while sent < frame.count {
-            let count = frame[sent...].withUnsafeBufferPointer { Glibc.write(fd, $0.baseAddress, $0.count) }
-            guard count > 0 else { throw Timeout(what: "a socket write (errno \(errno))") }
-            sent += count
-        }
+        guard send(frame) else { throw Timeout(what: "a socket write (errno \(errno))") }
     }
 
     /// Sends bytes without raising SIGPIPE; false once the peer has closed or reset.
