@@ -49,6 +49,12 @@ public enum JSONValue: Sendable, Hashable, Codable {
         return nil
     }
 
+    /// The integer inside, if this is an integer.
+    public var intValue: Int64? {
+        if case .int(let value) = self { return value }
+        return nil
+    }
+
     /// The object inside, if this is an object.
     public var objectValue: [String: JSONValue]? {
         if case .object(let value) = self { return value }

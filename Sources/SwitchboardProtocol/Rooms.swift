@@ -149,6 +149,8 @@ public enum RoomClosedReason: String, Sendable, Codable {
     case deleted
     /// This peer was removed from the room by an admin.
     case kicked
+    /// The room was a call's room and the call ended.
+    case callEnded = "call_ended"
 }
 
 /// A room event sent to a peer. Each case is one `type` on the wire.

@@ -104,6 +104,44 @@ import Testing
         #expect(partly.isRinging, "carol still rings")
     }
 
+    /// Who the call's room admits after each history: (what happened, identity, device, admitted).
+    static let roomAdmissions: [(String, [Step], String, String, Bool)] = [
+        ("ringing: the caller's calling device", [], "alice", "a-phone", true),
+        ("ringing: the caller's other device", [], "alice", "a-ipad", false),
+        ("ringing: a callee who has not answered", [], "bob", "b-phone", false),
+        ("ringing: a stranger", [], "mallory", "m-phone", false),
+        ("answered: the answering device", [.answer("bob", "b-phone")], "bob", "b-phone", true),
+        ("answered: the callee's other device", [.answer("bob", "b-phone")], "bob", "b-ipad", false),
+        ("answered: the caller", [.answer("bob", "b-phone")], "alice", "a-phone", true),
+        ("answered: a stranger", [.answer("bob", "b-phone")], "mallory", "m-phone", false),
+        ("declined: the declining device", [.decline("bob", "b-phone")], "bob", "b-phone", false),
+        ("ended: the caller", [.answer("bob", "b-phone"), .end("alice", "a-phone")], "alice", "a-phone", false),
+        ("ended: the answering device", [.answer("bob", "b-phone"), .end("alice", "a-phone")], "bob", "b-phone", false),
+        ("group: a callee still ringing", [.answer("bob", "b-phone")], "carol", "c-phone", false),
+        ("group: a callee who declined", [.decline("carol", "c-phone"), .answer("bob", "b-phone")], "carol", "c-phone", false),
+    ]
+
+    @Test(arguments: roomAdmissions.indices)
+    func theCallsRoomAdmitsOnlyTheDevicesThatTookTheCall(index: Int) throws {
+        let (what, steps, identity, device, admitted) = Self.roomAdmissions[index]
+        var state = call(["bob", "carol"])
+        _ = state.start(nowMillis: 1000)
+        for step in steps { _ = try run(&state, step) }
+        let result = state.admitToRoom(identity: identity, device: device)
+        #expect(result == admitted, "\(what)")
+    }
+
+    @Test func aSideTakenWithoutADeviceGoesToTheFirstDeviceThatJoins() throws {
+        var state = CallState(
+            id: "c1", appID: "app", caller: "alice", callerDevice: nil, callees: ["bob"], busy: [], unreachable: [], now: t0,
+            nowMillis: 1000, ringTimeout: .seconds(45))
+        _ = try state.answer(by: "bob", device: nil, nowMillis: 2000)
+        let admitted = [("alice", "a-ipad"), ("alice", "a-phone"), ("bob", "b-phone"), ("bob", "b-ipad"), ("bob", "b-phone")].map {
+            state.admitToRoom(identity: $0.0, device: $0.1)
+        }
+        #expect(admitted == [true, false, true, false, true], "the first device of each side takes it, the others stay out")
+    }
+
     @Test func strangersCannotActOnACall() {
         var state = call()
         #expect(throws: CallError.notParticipant) { try state.answer(by: "mallory", device: "m", nowMillis: 2000) }

@@ -51,11 +51,14 @@ struct CallState: Equatable {
     let id: String
     let appID: String
     let caller: String
-    let callerDevice: DeviceKey?
+    /// The caller's device placing the call; nil when it was placed over REST without naming
+    /// one (the first of the caller's devices to join the call's room then takes it).
+    private(set) var callerDevice: DeviceKey?
     let callees: [String]
     private(set) var phase = Phase.ringing
     private(set) var status: [String: CalleeStatus]
-    /// Which device of each accepting callee answered.
+    /// Which device of each accepting callee answered (none when it answered over REST without
+    /// naming one: its first device to join the call's room takes the call).
     private(set) var answeredOn: [String: DeviceKey] = [:]
     private(set) var callerToldRinging = false
     let createdAt: ContinuousClock.Instant
@@ -122,7 +125,7 @@ struct CallState: Equatable {
     }
 
     /// The first answer wins; a second answer from the same user's other device is refused.
-    mutating func answer(by callee: String, device: DeviceKey, nowMillis: Int64) throws(CallError) -> [Effect] {
+    mutating func answer(by callee: String, device: DeviceKey?, nowMillis: Int64) throws(CallError) -> [Effect] {
         guard let current = status[callee] else { throw .notParticipant }
         if current == .accepted {
             if answeredOn[callee] == device { return [] }  // the same device asking again
@@ -130,7 +133,7 @@ struct CallState: Equatable {
         }
         guard current == .ringing, !isEnded else { throw .invalidState("the call is no longer ringing for you") }
         status[callee] = .accepted
-        answeredOn[callee] = device
+        if let device { answeredOn[callee] = device }
         var effects: [Effect] = []
         if phase == .ringing {
             phase = .accepted
@@ -141,18 +144,19 @@ struct CallState: Equatable {
         for other in callees where other != callee && status[other] == .accepted {
             effects.append(.notify(identity: other, type: "call.accepted", data: accepted, except: nil))
         }
-        effects.append(.notify(identity: callee, type: "call.answered_elsewhere", data: data(["device": .string(device)]), except: device))
+        effects.append(
+            .notify(identity: callee, type: "call.answered_elsewhere", data: data(["device": device.map(JSONValue.string) ?? .null]), except: device))
         if ringingCallees.isEmpty { effects.append(.cancelRingTimer) }
         return effects
     }
 
     /// A decline ends a 1:1 call; in a group it stops only that callee's ringing.
-    mutating func decline(by callee: String, device: DeviceKey, nowMillis: Int64) throws(CallError) -> [Effect] {
+    mutating func decline(by callee: String, device: DeviceKey?, nowMillis: Int64) throws(CallError) -> [Effect] {
         guard let current = status[callee] else { throw .notParticipant }
         guard current == .ringing, !isEnded else { throw .invalidState("the call is no longer ringing for you") }
         status[callee] = .declined
         var effects: [Effect] = [
-            .notify(identity: callee, type: "call.declined_elsewhere", data: data(["device": .string(device)]), except: device),
+            .notify(identity: callee, type: "call.declined_elsewhere", data: data(["device": device.map(JSONValue.string) ?? .null]), except: device),
             .notify(identity: caller, type: "call.declined", data: data(["by": .string(callee)]), except: nil),
         ]
         if ringingCallees.isEmpty && phase == .ringing {
@@ -194,7 +198,7 @@ struct CallState: Equatable {
 
     /// A participant ends the call. While it rings, the caller's end is a cancel and a
     /// callee's a decline.
-    mutating func end(by identity: String, device: DeviceKey, reason: String?, nowMillis: Int64) throws(CallError) -> [Effect] {
+    mutating func end(by identity: String, device: DeviceKey?, reason: String?, nowMillis: Int64) throws(CallError) -> [Effect] {
         guard identity == caller || status[identity] != nil else { throw .notParticipant }
         guard !isEnded else { throw .invalidState("the call has already ended") }
         if phase == .ringing {
@@ -212,6 +216,21 @@ struct CallState: Equatable {
             effects.append(.missedCallAlert(identity: callee))
         }
         return effects + finish(.completed, by: identity, reason: reason ?? "hangup", nowMillis: nowMillis)
+    }
+
+    /// Whether `device` of `identity` may be in the call's room: the caller's calling device,
+    /// and each callee's answering device once it answered, while the call is not over. A side
+    /// taken over REST without a device id goes to the first of that user's devices that asks.
+    /// The other devices of a participant stay out: the call is on the device that took it.
+    mutating func admitToRoom(identity: String, device: DeviceKey) -> Bool {
+        guard !isEnded else { return false }
+        if identity == caller {
+            if callerDevice == nil { callerDevice = device }
+            return callerDevice == device
+        }
+        guard status[identity] == .accepted else { return false }
+        if answeredOn[identity] == nil { answeredOn[identity] = device }
+        return answeredOn[identity] == device
     }
 
     /// The call cannot go on (server restart, internal failure).
@@ -235,6 +254,11 @@ struct CallState: Equatable {
         }
         effects.append(.finished)
         return effects
+    }
+
+    /// The other participants, as `identity`'s history lists them.
+    func peers(of identity: String) -> [String] {
+        identity == caller ? callees : [caller] + callees.filter { $0 != identity }
     }
 
     /// The history outcome of `identity`'s side.

@@ -110,10 +110,10 @@ extension Hub {
 
         let id = RandomID.uuid().uuidString.lowercased()
         let media: CallMedia
-        switch request.media {
-        case .external(let descriptor): media = .external(descriptor)
-        case .room(let name) where !name.isEmpty: media = .room(name)
-        default: media = .room("call-" + id)
+        if case .external(let descriptor) = request.media {
+            media = .external(descriptor)
+        } else {
+            media = .room("call-" + id)
         }
         let state = CallState(
             id: id, appID: app.id, caller: caller.sub, callerDevice: device, callees: callees, busy: busy,
@@ -124,13 +124,9 @@ extension Hub {
             handle: String((request.handle ?? caller.sub).prefix(256)))
         calls[id] = call
         if let idempotency { callIdempotency[idempotency] = id }
-        if case .room(let name) = media {
-            let key = RoomKey(appID: app.id, name: name)
-            callRooms[key] = Set([caller.sub] + callees)
-            if rooms.room(key) == nil, let effects = try? rooms.create(key, now: now, wallMillis: Self.wallMillis()) {
-                apply(effects)
-            }
-        }
+        // The call's room is made at its first join (admitToCallRoom) and closed when it ends.
+        if case .room(let name) = media { callRooms[RoomKey(appID: app.id, name: name)] = id }
+        for identity in [caller.sub] + callees { liveCallsByUser[Self.userKey(app.id, identity), default: []].insert(id) }
         metrics.increment("switchboard_calls_total")
         logger.info("call created", ["call": id, "app": app.id, "caller": caller.sub, "callees": callees.joined(separator: ",")])
 
@@ -153,8 +149,9 @@ extension Hub {
     }
 
     /// What a call request must be whoever sends it: 1 to `maxCallees` distinct other users,
-    /// a ring timeout of 5 to 180 s, metadata and media descriptor within `maxDataBytes`.
-    /// Returns the callees without repeats and the ring timeout.
+    /// a ring timeout of 5 to 180 s, metadata and media descriptor within `maxDataBytes`, and
+    /// no room name of its own (a call's room is always `call-<id>`: naming another room would
+    /// open it to the callees). Returns the callees without repeats and the ring timeout.
     static func checkCallRequest(
         _ request: CallCreateRequest, caller: String, limits: ServerConfiguration.Limits
     ) throws(ErrorBody) -> (callees: [String], timeout: Int) {
@@ -169,6 +166,9 @@ extension Hub {
         guard (5...180).contains(timeout) else { throw ErrorBody(.badRequest, "ring_timeout_seconds must be 5 to 180") }
         if let metadata = request.metadata { try checkSize(metadata, what: "metadata", limit: limits.maxDataBytes) }
         if case .external(let descriptor) = request.media { try checkSize(descriptor, what: "media descriptor", limit: limits.maxDataBytes) }
+        if case .room(let name) = request.media, !name.isEmpty {
+            throw ErrorBody(.badRequest, "media.room cannot be chosen: a call's room is always call-<call id>")
+        }
         return (callees, timeout)
     }
 
@@ -335,8 +335,22 @@ extension Hub {
 
     // MARK: Actions
 
-    /// `call.answer`, `call.decline`, `call.cancel`, `call.end`, `call.ack` by `identity` from `device`.
-    func callAction(_ type: String, _ request: CallActionRequest, identity: String, app: App, device: String) throws(ErrorBody) -> JSONValue {
+    /// Admits `session` to the room of a live call it takes part in, on the device that carries
+    /// its side, making the room at the first join. Room grants play no part: whatever they
+    /// say, anyone else is refused (admin grant included).
+    func admitToCallRoom(_ key: RoomKey, session: Session) throws(ErrorBody) {
+        guard session.claims.grants.call == true, let callID = callRooms[key], let call = calls[callID],
+            call.state.admitToRoom(identity: session.identity, device: session.deviceKey)
+        else { throw Self.callRoomRefusal(key.name) }
+        guard rooms.room(key) == nil else { return }
+        do {
+            apply(try rooms.create(key, maxParticipants: call.state.callees.count + 1, call: callID, now: now, wallMillis: Self.wallMillis()))
+        } catch { throw error.body }
+    }
+
+    /// `call.answer`, `call.decline`, `call.cancel`, `call.end`, `call.ack` by `identity` from
+    /// `device` (nil: over REST without naming a device).
+    func callAction(_ type: String, _ request: CallActionRequest, identity: String, app: App, device: String?) throws(ErrorBody) -> JSONValue {
         guard let call = calls[request.callID], call.state.appID == app.id else {
             if let stored = try? store.callSummary(id: request.callID, appID: app.id),
                 stored.caller == identity || stored.callees.contains(identity)
@@ -356,7 +370,9 @@ extension Hub {
                 effects = try call.state.end(by: identity, device: device, reason: request.reason, nowMillis: nowMillis)
             default:
                 guard call.state.callees.contains(identity) else { throw CallError.notParticipant }
-                store.trace(callID: call.state.id, user: identity, device: device, channel: "device", event: "ringing_shown", atMillis: nowMillis)
+                store.trace(
+                    callID: call.state.id, user: identity, device: device ?? "rest", channel: "device", event: "ringing_shown",
+                    atMillis: nowMillis)
                 effects = call.state.reached(callee: identity)
             }
         } catch let error as CallError {
@@ -366,7 +382,7 @@ extension Hub {
         }
         if type == MessageType.callAnswer || type == MessageType.callDecline || type == MessageType.callEnd {
             store.trace(
-                callID: call.state.id, user: identity, device: device, channel: "device",
+                callID: call.state.id, user: identity, device: device ?? "rest", channel: "device",
                 event: type == MessageType.callAnswer ? "answered" : type == MessageType.callDecline ? "declined" : "ended", atMillis: nowMillis)
         }
         perform(call, effects)
@@ -400,7 +416,18 @@ extension Hub {
                 ringingCalls.remove(state.id)
                 calls.removeValue(forKey: state.id)
                 store.recordHistory(state, video: call.video)
-                if case .room(let name) = call.media { callRooms.removeValue(forKey: RoomKey(appID: state.appID, name: name)) }
+                for identity in [state.caller] + state.callees {
+                    let key = Self.userKey(state.appID, identity)
+                    if liveCallsByUser[key]?.remove(state.id) != nil, liveCallsByUser[key]?.isEmpty == true {
+                        liveCallsByUser.removeValue(forKey: key)
+                    }
+                }
+                if case .room(let name) = call.media {
+                    // Its room closes with it: every member hears why, and nobody can join again.
+                    let key = RoomKey(appID: state.appID, name: name)
+                    callRooms.removeValue(forKey: key)
+                    if rooms.room(key) != nil { try? closeRoom(key, reason: .callEnded) }
+                }
                 metrics.increment("switchboard_calls_ended_total", ["outcome": state.outcome?.rawValue ?? "unknown"])
                 logger.info("call ended", ["call": state.id, "outcome": state.outcome?.rawValue ?? "", "reason": state.endReason ?? ""])
             }
@@ -415,6 +442,34 @@ extension Hub {
         summary["media"] = jsonValue(call.media)
         summary["video"] = .bool(call.video)
         return .object(summary)
+    }
+
+    /// `GET /v1/calls`: a page of `identity`'s calls, newest first, created before `before`:
+    /// its live calls (ringing or answered; `state` says which, `outcome` is null) among its
+    /// history of ended ones. `more`: an older page may follow.
+    func callHistory(app: App, identity: String, limit: Int, before: Int64?) throws -> (entries: [JSONValue], more: Bool) {
+        let cutoff = before ?? .max
+        let nowMillis = Self.wallMillis()
+        let live = (liveCallsByUser[Self.userKey(app.id, identity)] ?? []).compactMap { calls[$0] }
+            .filter { $0.state.createdAtMillis < cutoff }
+            .map { call -> (Int64, JSONValue) in (call.state.createdAtMillis, liveHistoryEntry(call, for: identity, nowMillis: nowMillis)) }
+        let stored = try store.history(appID: app.id, userID: identity, limit: limit, before: before)
+            .map { entry -> (Int64, JSONValue) in (entry["created_at"]?.intValue ?? 0, entry) }
+        let merged = (live + stored).sorted { $0.0 > $1.0 }
+        return (merged.prefix(limit).map(\.1), stored.count == limit || merged.count > limit)
+    }
+
+    /// A live call as `identity`'s history shows it.
+    private func liveHistoryEntry(_ call: ActiveCall, for identity: String, nowMillis: Int64) -> JSONValue {
+        let state = call.state
+        return [
+            "call_id": .string(state.id), "state": .string(state.isRinging ? "ringing" : "accepted"),
+            "direction": .string(identity == state.caller ? "outgoing" : "incoming"),
+            "peers": .array(state.peers(of: identity).map(JSONValue.string)), "video": .bool(call.video),
+            "created_at": .int(state.createdAtMillis), "answered_at": state.answeredAtMillis.map(JSONValue.int) ?? .null,
+            "ended_at": .null, "duration_ms": .int(state.answeredAtMillis.map { max(0, nowMillis - $0) } ?? 0),
+            "outcome": .null, "end_reason": .null, "ended_by": .null,
+        ]
     }
 
     /// `GET /v1/calls/{id}` for a participant.

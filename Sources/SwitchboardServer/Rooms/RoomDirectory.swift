@@ -44,6 +44,9 @@ struct RoomDirectory {
         var maxParticipants: Int
         var emptyTimeout: Duration
         var metadata: JSONValue?
+        /// The call whose room this is (`call-<id>`): it lives as long as the call, with no
+        /// empty timer, and admits only the call's participants (the hub checks).
+        var call: String?
         /// Members in join order.
         var members: [PeerDescription] = []
 
@@ -72,10 +75,10 @@ struct RoomDirectory {
         rooms.values.filter { $0.key.appID == appID }.sorted { $0.createdAt < $1.createdAt }
     }
 
-    /// Creates an empty room; its empty timer starts now.
+    /// Creates an empty room; its empty timer starts now (a call's room has none).
     mutating func create(
         _ key: RoomKey, maxParticipants: Int? = nil, emptyTimeout: Duration? = nil, metadata: JSONValue? = nil,
-        now: ContinuousClock.Instant, wallMillis: Int64
+        call: String? = nil, now: ContinuousClock.Instant, wallMillis: Int64
     ) throws(RoomError) -> [Effect] {
         guard rooms[key] == nil else { throw .alreadyExists(key.name) }
         guard roomsPerApp[key.appID, default: 0] < settings.maxRoomsPerApp else {
@@ -84,10 +87,10 @@ struct RoomDirectory {
         let room = Room(
             key: key, createdAt: now, createdAtWallMillis: wallMillis,
             maxParticipants: maxParticipants ?? settings.maxParticipants,
-            emptyTimeout: emptyTimeout ?? settings.emptyTimeout, metadata: metadata)
+            emptyTimeout: emptyTimeout ?? settings.emptyTimeout, metadata: metadata, call: call)
         rooms[key] = room
         roomsPerApp[key.appID, default: 0] += 1
-        return [.armEmptyTimer(key, after: room.emptyTimeout)]
+        return call == nil ? [.armEmptyTimer(key, after: room.emptyTimeout)] : []
     }
 
     /// Adds `peer` to the room, creating it if needed. Returns the peers already there.
@@ -105,7 +108,7 @@ struct RoomDirectory {
         }
         guard room.members.count < room.maxParticipants else { throw .full(key.name, limit: room.maxParticipants) }
         let others = room.members
-        if others.isEmpty { effects.append(.disarmEmptyTimer(key)) }
+        if others.isEmpty && room.call == nil { effects.append(.disarmEmptyTimer(key)) }
         room.members.append(peer)
         rooms[key] = room
         for other in others {
@@ -124,7 +127,7 @@ struct RoomDirectory {
         if reason == .kicked {
             effects.append(.send(.closed(room: key.name, reason: .kicked), to: peerID))
         }
-        if room.members.isEmpty { effects.append(.armEmptyTimer(key, after: room.emptyTimeout)) }
+        if room.members.isEmpty && room.call == nil { effects.append(.armEmptyTimer(key, after: room.emptyTimeout)) }
         return effects
     }
 
@@ -156,12 +159,13 @@ struct RoomDirectory {
         return room.members.map { .send(.metadata(room: key.name, metadata: metadata), to: $0.peerID) }
     }
 
-    /// Deletes the room; every member gets `room.closed`.
-    mutating func delete(_ key: RoomKey) throws(RoomError) -> (members: [String], effects: [Effect]) {
+    /// Deletes the room; every member gets `room.closed` with `reason`.
+    mutating func delete(_ key: RoomKey, reason: RoomClosedReason = .deleted) throws(RoomError) -> (members: [String], effects: [Effect]) {
         guard let room = rooms.removeValue(forKey: key) else { throw .notFound(key.name) }
         roomsPerApp[key.appID, default: 1] -= 1
         let members = room.members.map(\.peerID)
-        return (members, members.map { .send(.closed(room: key.name, reason: .deleted), to: $0) } + [.disarmEmptyTimer(key)])
+        let closed = members.map { Effect.send(.closed(room: key.name, reason: reason), to: $0) }
+        return (members, closed + (room.call == nil ? [.disarmEmptyTimer(key)] : []))
     }
 
     /// The empty timer fired: removes the room if it is still empty. Returns whether it did.

@@ -22,7 +22,10 @@ final class Hub: @unchecked Sendable {
     var callIdempotency: [String: String] = [:]
     /// Live answered calls by user key (`isInCall` without a walk over every call).
     var answeredCallsByUser: [String: Set<String>] = [:]
-    var callRooms: [RoomKey: Set<String>] = [:]
+    /// The call of each call's room (`call-<id>`), while the call is live.
+    var callRooms: [RoomKey: String] = [:]
+    /// Live calls (ringing or answered) by user key, for the history page.
+    var liveCallsByUser: [String: Set<String>] = [:]
     var inviteLog: [String: [ContinuousClock.Instant]] = [:]
     var lastPrune = ContinuousClock.now
     /// Calls still ringing, readable from push tasks on other threads.
@@ -251,8 +254,10 @@ final class Hub: @unchecked Sendable {
         case MessageType.roomJoin:
             let request: RoomJoinRequest = try decodeData(bytes)
             try Self.validateRoomName(request.room)
-            let callRoom = callRooms[RoomKey(appID: session.app.id, name: request.room)]?.contains(session.identity) == true
-            guard session.claims.grants.allowsJoining(room: request.room) || callRoom else {
+            let key = RoomKey(appID: session.app.id, name: request.room)
+            if Self.isCallRoomName(request.room) {
+                try admitToCallRoom(key, session: session)
+            } else if !session.claims.grants.allowsJoining(room: request.room) {
                 throw ErrorBody(.forbidden, "your token does not grant joining room '\(request.room)'")
             }
             if let metadata = request.metadata { try checkSize(metadata, what: "metadata") }
@@ -261,7 +266,6 @@ final class Hub: @unchecked Sendable {
             }
             var peer = session.description
             peer.metadata = request.metadata
-            let key = RoomKey(appID: session.app.id, name: request.room)
             let joined: (room: RoomDirectory.Room, others: [PeerDescription], effects: [RoomDirectory.Effect])
             do { joined = try rooms.join(key, peer: peer, now: now, wallMillis: Self.wallMillis()) } catch { throw error.body }
             session.rooms.insert(request.room)
@@ -314,6 +318,7 @@ final class Hub: @unchecked Sendable {
             guard session.claims.grants.admin == true else {
                 throw ErrorBody(.forbidden, "setting room metadata needs the admin grant")
             }
+            guard !Self.isCallRoomName(request.room) else { throw Self.callRoomRefusal(request.room) }
             try checkSize(request.metadata, what: "metadata")
             do {
                 return Outcome(effects: try rooms.setMetadata(RoomKey(appID: session.app.id, name: request.room), request.metadata))
@@ -356,11 +361,15 @@ final class Hub: @unchecked Sendable {
     }
 
     func deleteRoom(app: App, name: String) throws(ErrorBody) {
-        let result: (members: [String], effects: [RoomDirectory.Effect])
-        do { result = try rooms.delete(RoomKey(appID: app.id, name: name)) } catch { throw error.body }
-        for peerID in result.members { sessions[peerID]?.rooms.remove(name) }
-        apply(result.effects)
+        do { try closeRoom(RoomKey(appID: app.id, name: name), reason: .deleted) } catch { throw error.body }
         logger.info("room deleted", ["app": app.id, "room": name])
+    }
+
+    /// Closes a room: every member gets `room.closed` with `reason` and is no longer in it.
+    func closeRoom(_ key: RoomKey, reason: RoomClosedReason) throws(RoomError) {
+        let result = try rooms.delete(key, reason: reason)
+        for peerID in result.members { sessions[peerID]?.rooms.remove(key.name) }
+        apply(result.effects)
     }
 
     func kick(app: App, room name: String, peerID: String) throws(ErrorBody) {
@@ -482,6 +491,18 @@ final class Hub: @unchecked Sendable {
 
     func jsonValue(_ value: some Encodable) -> JSONValue {
         (try? encoder.encode(value)).flatMap { try? decoder.decode(JSONValue.self, from: $0) } ?? .null
+    }
+
+    /// Whether `name` is under the prefix reserved for calls' rooms (`call-`, in any case):
+    /// such a room is never an ordinary room, whatever a token's room grant says.
+    static func isCallRoomName(_ name: String) -> Bool {
+        name.utf8.count >= 5 && name.prefix(5).lowercased() == "call-"
+    }
+
+    /// The refusal for anyone a call's room does not admit. The same words whether or not the
+    /// call exists, so that a refusal tells a stranger nothing about it.
+    static func callRoomRefusal(_ name: String) -> ErrorBody {
+        ErrorBody(.forbidden, "room '\(name)' belongs to a call: only the call's participants, on the device that took the call, may use it")
     }
 
     /// Room names: 1 to 128 characters of letters, digits and `-_.:@`.

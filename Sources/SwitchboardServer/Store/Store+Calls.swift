@@ -225,7 +225,7 @@ extension Store {
         enqueue("call history") { database in
             for user in participants {
                 let direction = user == state.caller ? "outgoing" : "incoming"
-                let peers = user == state.caller ? state.callees : [state.caller] + state.callees.filter { $0 != user }
+                let peers = state.peers(of: user)
                 let answered = state.answeredAtMillis
                 let ended = state.endedAtMillis ?? state.createdAtMillis
                 let duration = answered.map { max(0, ended - $0) } ?? 0
@@ -255,7 +255,7 @@ extension Store {
             ).map { row in
                 let peers = (try? JSONDecoder().decode(JSONValue.self, from: Data((row[2].string ?? "[]").utf8))) ?? .array([])
                 return [
-                    "call_id": .string(row[0].string ?? ""), "direction": .string(row[1].string ?? ""), "peers": peers,
+                    "call_id": .string(row[0].string ?? ""), "state": "ended", "direction": .string(row[1].string ?? ""), "peers": peers,
                     "video": .bool(row[3].int64 == 1), "created_at": .int(row[4].int64 ?? 0),
                     "answered_at": row[5].int64.map(JSONValue.int) ?? .null, "ended_at": row[6].int64.map(JSONValue.int) ?? .null,
                     "duration_ms": .int(row[7].int64 ?? 0), "outcome": .string(row[8].string ?? ""),

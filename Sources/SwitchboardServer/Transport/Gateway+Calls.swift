@@ -140,7 +140,8 @@ extension Gateway {
         case .failure(let error): return ("/v1/calls", fail(error))
         case .success(let found): (claims, app) = found
         }
-        let device = request.query["device_id"] ?? request.headers["x-device-id"] ?? "rest"
+        // The device acting (nil: not named; see docs/calls.md, "The call's room").
+        let device = request.query["device_id"].flatMap { $0.isEmpty || $0.utf8.count > 128 ? nil : $0 }
         switch (request.method, parts.count) {
         case (.post, 2):
             var body: CallCreateRequest
@@ -152,11 +153,24 @@ extension Gateway {
                 return ("/v1/calls", encoded(201, try hub.createCall(body, caller: claims, app: app, device: device)))
             } catch { return ("/v1/calls", fail(error)) }
         case (.get, 2):
-            let limit = min(max(Int(request.query["limit"] ?? "") ?? 50, 1), 200)
-            let before = request.query["before"].flatMap { Int64($0) }
-            let page = (try? hub.store.history(appID: app.id, userID: claims.sub, limit: limit, before: before)) ?? []
-            var body: [String: JSONValue] = ["calls": .array(page)]
-            if page.count == limit, let last = page.last?["created_at"] { body["next_before"] = last }
+            let limit = request.query["limit"].map { Int($0) ?? 0 } ?? 50
+            guard (1...200).contains(limit) else { return ("/v1/calls", fail(ErrorBody(.badRequest, "limit must be 1 to 200"))) }
+            let before: Int64?
+            if let text = request.query["before"] {
+                guard let value = Int64(text) else {
+                    return ("/v1/calls", fail(ErrorBody(.badRequest, "before is the created_at (milliseconds) of the last entry seen")))
+                }
+                before = value
+            } else {
+                before = nil
+            }
+            let page: (entries: [JSONValue], more: Bool)
+            do { page = try hub.callHistory(app: app, identity: claims.sub, limit: limit, before: before) } catch {
+                logger.error("history read failed", ["app": app.id, "error": "\(error)"])
+                return ("/v1/calls", fail(ErrorBody(.internal, "could not read the history")))
+            }
+            var body: [String: JSONValue] = ["calls": .array(page.entries)]
+            if page.more, let last = page.entries.last?["created_at"] { body["next_before"] = last }
             return ("/v1/calls", encoded(200, JSONValue.object(body)))
         case (.get, 3):
             do throws(ErrorBody) {

@@ -98,12 +98,17 @@ extension Gateway {
         case .failure(let error): return ("/v1/rooms", unauthorized(error))
         case .success(let found): caller = found
         }
+        if parts.count >= 3, Hub.isCallRoomName(parts[2]), let refusal = callRoomRefusal(request, parts: parts, caller: caller) {
+            return refusal
+        }
         switch (request.method, parts.count) {
         case (.post, 2):
             return ("/v1/rooms", createRoom(request, caller: caller))
         case (.get, 2):
             guard caller.isAdmin else { return ("/v1/rooms", forbidden()) }
-            return ("/v1/rooms", encoded(200, ["rooms": hub.listRooms(app: caller.app)]))
+            var rooms = hub.listRooms(app: caller.app)
+            if case .user = caller { rooms.removeAll { Hub.isCallRoomName($0.name) } }
+            return ("/v1/rooms", encoded(200, ["rooms": rooms]))
         case (_, 2):
             return ("/v1/rooms", methodNotAllowed(allowed: "GET, POST"))
         case (.get, 3):
@@ -140,6 +145,18 @@ extension Gateway {
         }
     }
 
+    /// The rooms API on a call's room (`call-…`). A token is refused whatever its grants, the
+    /// admin grant included: the room belongs to the call's participants. The app's own
+    /// credentials (its backend, which can mint any user's token anyway) may inspect the room
+    /// and send to it, but not close it or remove a participant: the room closes when the call
+    /// ends, and a participant removed would only join again. Nil: go on.
+    private func callRoomRefusal(_ request: HTTPRequest, parts: [String], caller: Caller) -> (String, HTTPResponse)? {
+        let route = parts.count == 3 ? "/v1/rooms/{name}" : parts.count == 4 ? "/v1/rooms/{name}/data" : "/v1/rooms/{name}/peers/{peer}"
+        guard case .app = caller else { return (route, failure(403, Hub.callRoomRefusal(parts[2]))) }
+        guard request.method == .delete else { return nil }
+        return (route, failure(409, ErrorBody(.conflict, "a call's room closes when its call ends; its participants cannot be removed")))
+    }
+
     private func forbidden() -> HTTPResponse {
         failure(403, ErrorBody(.forbidden, "this needs the app's credentials or a token with the admin grant"))
     }
@@ -170,6 +187,7 @@ extension Gateway {
         let name = prefix + (prefix.isEmpty ? "r-" : "") + RandomID.alphanumeric(16)
         do throws(ErrorBody) {
             try Hub.validateRoomName(name)
+            if Hub.isCallRoomName(name) { throw ErrorBody(.badRequest, "room names starting with call- are reserved for calls' rooms") }
             if let metadata = body.metadata, ((try? JSONEncoder().encode(metadata).count) ?? .max) > configuration.limits.maxDataBytes {
                 throw ErrorBody(.payloadTooLarge, "metadata is larger than \(configuration.limits.maxDataBytes) bytes")
             }
