@@ -27,23 +27,24 @@ public struct Grants: Sendable, Codable, Equatable {
     }
 }
 
-/// The claims of a Switchboard access token (an HS256 JWT).
+/// The claims of a Switchboard access token (an HS256 JWT). `iss`, `sub` and `exp` are
+/// required; the rest may be left out, as JWT libraries often do (no grants: none).
 public struct AccessTokenClaims: Sendable, Codable, Equatable {
     /// The app's API key.
     public var iss: String
     /// The user's identity within the app.
     public var sub: String
     /// Issued at, seconds since 1970.
-    public var iat: Int64
+    public var iat: Int64?
     /// Not before, seconds since 1970.
-    public var nbf: Int64
+    public var nbf: Int64?
     /// Expires at, seconds since 1970.
     public var exp: Int64
     /// The user's display name.
     public var name: String?
     public var grants: Grants
 
-    public init(iss: String, sub: String, iat: Int64, nbf: Int64, exp: Int64, name: String?, grants: Grants) {
+    public init(iss: String, sub: String, iat: Int64? = nil, nbf: Int64? = nil, exp: Int64, name: String? = nil, grants: Grants = Grants()) {
         self.iss = iss
         self.sub = sub
         self.iat = iat

@@ -121,15 +121,58 @@ import Testing
 
     @Test func payloadThatIsNotJSONIsRejected() {
         let token = handMade(header: #"{"alg":"HS256"}"#, payload: "{nope")
-        #expect(throws: TokenError.malformed("payload is not a valid claims object")) {
+        #expect(throws: TokenError.malformed("payload is not a JSON object")) {
             try verifier.verify(token, now: now, secretFor: lookup)
         }
     }
 
-    @Test func payloadMissingClaimsIsRejected() {
-        let token = handMade(header: #"{"alg":"HS256"}"#, payload: #"{"iss":"sbk_test","sub":"alice"}"#)
-        #expect(throws: TokenError.malformed("payload is not a valid claims object")) {
-            try verifier.verify(token, now: now, secretFor: lookup)
+    /// Payloads as ordinary JWT libraries write them: only `iss`, `sub` and `exp` are needed.
+    static let acceptedPayloads: [(String, String, Grants)] = [
+        ("iss, sub and exp only", #"{"iss":"sbk_test","sub":"alice","exp":1800003600}"#, Grants()),
+        ("no nbf", #"{"iss":"sbk_test","sub":"alice","iat":1800000000,"exp":1800003600,"grants":{"call":true}}"#, Grants(call: true)),
+        ("no iat", #"{"iss":"sbk_test","sub":"alice","nbf":1800000000,"exp":1800003600}"#, Grants()),
+        ("null grants and name", #"{"iss":"sbk_test","sub":"alice","exp":1800003600,"grants":null,"name":null}"#, Grants()),
+        ("fractional times", #"{"iss":"sbk_test","sub":"alice","exp":1800003600.75,"nbf":1799999999.5}"#, Grants()),
+        ("other claims ignored", #"{"iss":"sbk_test","sub":"alice","exp":1800003600,"aud":"x","jti":"1","grants":{"room":"a","future":1}}"#, Grants(room: "a")),
+    ]
+
+    @Test(arguments: acceptedPayloads.indices)
+    func tokensFromOrdinaryJWTLibrariesAreAccepted(index: Int) throws {
+        let (what, payload, grants) = Self.acceptedPayloads[index]
+        let token = handMade(header: #"{"alg":"HS256","typ":"JWT"}"#, payload: payload)
+        let verified = try verifier.verify(token, now: now, secretFor: lookup)
+        #expect(verified.sub == "alice", "\(what)")
+        #expect(verified.exp == 1_800_003_600, "\(what)")
+        #expect(verified.grants == grants, "\(what)")
+    }
+
+    /// Each refusal names the claim that is missing or wrong.
+    static let refusedPayloads: [(String, String)] = [
+        (#"{"sub":"alice","exp":1800003600}"#, "missing claim 'iss'"),
+        (#"{"iss":"sbk_test","exp":1800003600}"#, "missing claim 'sub'"),
+        (#"{"iss":"sbk_test","sub":"alice"}"#, "missing claim 'exp'"),
+        (#"{"iss":"sbk_test","sub":"alice","exp":"tomorrow"}"#, "claim 'exp' must be a number"),
+        (#"{"iss":"sbk_test","sub":"alice","exp":1800003600,"nbf":"now"}"#, "claim 'nbf' must be a number"),
+        (#"{"iss":"sbk_test","sub":"alice","exp":1800003600,"iat":true}"#, "claim 'iat' must be a number"),
+        (#"{"iss":7,"sub":"alice","exp":1800003600}"#, "claim 'iss' must be a string"),
+        (#"{"iss":"sbk_test","sub":"","exp":1800003600}"#, "claim 'sub' must be 1-256 bytes"),
+        (#"{"iss":"sbk_test","sub":"alice","exp":1800003600,"name":5}"#, "claim 'name' must be a string"),
+        (#"{"iss":"sbk_test","sub":"alice","exp":1800003600,"grants":[]}"#, "claim 'grants' must be an object"),
+        (#"{"iss":"sbk_test","sub":"alice","exp":1800003600,"grants":{"call":"yes"}}"#, "claim 'grants.call' must be true or false"),
+        (#"{"iss":"sbk_test","sub":"alice","exp":1800003600,"grants":{"room":true}}"#, "claim 'grants.room' must be a room name"),
+        (#"[1,2]"#, "payload is not a JSON object"),
+    ]
+
+    @Test(arguments: refusedPayloads.indices)
+    func aRefusalNamesTheClaimThatIsMissingOrWrong(index: Int) {
+        let (payload, words) = Self.refusedPayloads[index]
+        let token = handMade(header: #"{"alg":"HS256","typ":"JWT"}"#, payload: payload)
+        do {
+            _ = try verifier.verify(token, now: now, secretFor: lookup)
+            Issue.record("accepted \(payload)")
+        } catch {
+            #expect(error.description.contains(words), "\(error.description)")
+            #expect(error.code == .unauthorized)
         }
     }
 
@@ -158,6 +201,6 @@ import Testing
         var empty = claims()
         empty.sub = ""
         let token = AccessTokenVerifier.sign(empty, secret: Self.secret)
-        #expect(throws: TokenError.invalidClaims("sub must be 1-256 bytes")) { try verifier.verify(token, now: now, secretFor: lookup) }
+        #expect(throws: TokenError.invalidClaims("claim 'sub' must be 1-256 bytes")) { try verifier.verify(token, now: now, secretFor: lookup) }
     }
 }

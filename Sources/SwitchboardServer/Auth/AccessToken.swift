@@ -90,20 +90,75 @@ public struct AccessTokenVerifier: Sendable {
         }
         if header["crit"] != nil { throw .malformed("critical header extensions are not supported") }
 
-        let claims: AccessTokenClaims
-        do {
-            claims = try JSONDecoder().decode(AccessTokenClaims.self, from: Data(payloadBytes))
-        } catch {
-            throw .malformed("payload is not a valid claims object")
-        }
+        let claims = try Self.claims(fromPayload: payloadBytes)
         guard let secret = secretFor(claims.iss) else { throw .unknownIssuer }
         guard Self.verifySignature(token, key: Array(secret.utf8)) else { throw .badSignature }
 
         let nowSeconds = Int64(now.timeIntervalSince1970)
         guard claims.exp + leewaySeconds > nowSeconds else { throw .expired }
-        guard claims.nbf - leewaySeconds <= nowSeconds else { throw .notYetValid }
-        guard !claims.sub.isEmpty, claims.sub.utf8.count <= 256 else { throw .invalidClaims("sub must be 1-256 bytes") }
+        if let nbf = claims.nbf { guard nbf - leewaySeconds <= nowSeconds else { throw .notYetValid } }
         return claims
+    }
+
+    /// The claims in a token's payload, checked one by one so that a refusal names the claim:
+    /// `iss`, `sub` (1-256 bytes) and `exp` are required; `nbf`, `iat`, `name` and `grants`
+    /// are optional (a null is the same as leaving it out); other claims (`aud`, `jti`...) are
+    /// ignored. Times are JSON numbers of seconds (RFC 7519's NumericDate; a fraction is cut).
+    static func claims(fromPayload bytes: [UInt8]) throws(TokenError) -> AccessTokenClaims {
+        guard case .object(let object)? = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) else {
+            throw .malformed("payload is not a JSON object")
+        }
+        func present(_ name: String) -> JSONValue? {
+            guard let value = object[name], value != .null else { return nil }
+            return value
+        }
+        func string(_ name: String, required: Bool, meaning: String) throws(TokenError) -> String? {
+            guard let value = present(name) else {
+                if required { throw .invalidClaims("missing claim '\(name)' (\(meaning))") }
+                return nil
+            }
+            guard case .string(let text) = value else { throw .invalidClaims("claim '\(name)' must be a string (\(meaning))") }
+            return text
+        }
+        func seconds(_ name: String, required: Bool, meaning: String) throws(TokenError) -> Int64? {
+            guard let value = present(name) else {
+                if required { throw .invalidClaims("missing claim '\(name)' (\(meaning), seconds since 1970)") }
+                return nil
+            }
+            switch value {
+            case .int(let number): return number
+            case .double(let number) where number.isFinite && abs(number) < 1e15: return Int64(number.rounded(.down))
+            default: throw .invalidClaims("claim '\(name)' must be a number of seconds since 1970 (\(meaning))")
+            }
+        }
+        guard let iss = try string("iss", required: true, meaning: "the app's API key"), !iss.isEmpty else {
+            throw .invalidClaims("claim 'iss' must be the app's API key")
+        }
+        guard let sub = try string("sub", required: true, meaning: "the user's identity"), !sub.isEmpty, sub.utf8.count <= 256 else {
+            throw .invalidClaims("claim 'sub' must be 1-256 bytes")
+        }
+        guard let exp = try seconds("exp", required: true, meaning: "expiry") else { throw .invalidClaims("missing claim 'exp'") }
+        let nbf = try seconds("nbf", required: false, meaning: "not before")
+        let iat = try seconds("iat", required: false, meaning: "issued at")
+        let name = try string("name", required: false, meaning: "the display name")
+        if let name, name.utf8.count > 256 { throw .invalidClaims("claim 'name' must be at most 256 bytes") }
+        var grants = Grants()
+        if let value = present("grants") {
+            guard case .object(let fields) = value else { throw .invalidClaims("claim 'grants' must be an object") }
+            func flag(_ key: String) throws(TokenError) -> Bool? {
+                guard let value = fields[key], value != .null else { return nil }
+                guard case .bool(let flag) = value else { throw .invalidClaims("claim 'grants.\(key)' must be true or false") }
+                return flag
+            }
+            if let room = fields["room"], room != .null {
+                guard case .string(let pattern) = room else { throw .invalidClaims("claim 'grants.room' must be a room name or a prefix ending in *") }
+                grants.room = pattern
+            }
+            grants.roomJoin = try flag("roomJoin")
+            grants.call = try flag("call")
+            grants.admin = try flag("admin")
+        }
+        return AccessTokenClaims(iss: iss, sub: sub, iat: iat, nbf: nbf, exp: exp, name: name, grants: grants)
     }
 }
 
