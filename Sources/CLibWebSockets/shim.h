@@ -9,6 +9,8 @@ static const uint64_t sb_lws_option_do_ssl_global_init = LWS_SERVER_OPTION_DO_SS
 static const uint64_t sb_lws_option_explicit_vhosts = LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
 static const uint64_t sb_lws_option_libev = LWS_SERVER_OPTION_LIBEV;
 static const int sb_lws_context_port_no_listen = CONTEXT_PORT_NO_LISTEN;
+/* A server vhost with no listening socket of its own: the owner listens and adopts. */
+static const int sb_lws_context_port_no_listen_server = CONTEXT_PORT_NO_LISTEN_SERVER;
 
 /* The event loop under a context: libev on epoll (libwebsockets' own loop is poll(), whose
    cost grows with every open connection). The loop's owner runs it one iteration at a time. */
@@ -52,4 +54,35 @@ static inline void sb_ev_timer_arm(void *loop, void *timer, double seconds) {
 static inline void sb_ev_timer_free(void *loop, void *timer) {
     ev_timer_stop((struct ev_loop *)loop, &((struct sb_ev_timer *)timer)->watcher);
     free(timer);
+}
+
+/* A readable watcher on a listening socket: the owner accepts, then hands each connection to
+   libwebsockets (lws_adopt_socket_vhost). Stopped for a while when descriptors run out, so the
+   loop does not spin on a socket it cannot accept from. */
+typedef void (*sb_ev_io_fn)(void *context, int index);
+struct sb_ev_io {
+    ev_io watcher;
+    sb_ev_io_fn fn;
+    void *context;
+    int index;
+};
+static void sb_ev_io_ready(struct ev_loop *loop, ev_io *watcher, int revents) {
+    (void)loop; (void)revents;
+    struct sb_ev_io *io = (struct sb_ev_io *)watcher;
+    io->fn(io->context, io->index);
+}
+static inline void *sb_ev_io_new(int fd, sb_ev_io_fn fn, void *context, int index) {
+    struct sb_ev_io *io = calloc(1, sizeof *io);
+    if (!io) return NULL;
+    ev_io_init(&io->watcher, sb_ev_io_ready, fd, EV_READ);
+    io->fn = fn;
+    io->context = context;
+    io->index = index;
+    return io;
+}
+static inline void sb_ev_io_start(void *loop, void *io) { ev_io_start((struct ev_loop *)loop, &((struct sb_ev_io *)io)->watcher); }
+static inline void sb_ev_io_stop(void *loop, void *io) { ev_io_stop((struct ev_loop *)loop, &((struct sb_ev_io *)io)->watcher); }
+static inline void sb_ev_io_free(void *loop, void *io) {
+    ev_io_stop((struct ev_loop *)loop, &((struct sb_ev_io *)io)->watcher);
+    free(io);
 }

@@ -19,35 +19,65 @@ public final class SwitchboardServer: Sendable {
     let logger: Logger
     private let http: HTTPServer
     private let gateway: Gateway
+    /// Held for the process's life: one server per data directory.
+    private let lock: DirectoryLock
 
-    private init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger) throws {
+    private init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger, lock: DirectoryLock) throws {
         self.configuration = configuration
         self.store = store
         self.metrics = metrics
         self.logger = logger
+        self.lock = lock
         gateway = Gateway(configuration: configuration, store: store, metrics: metrics, logger: logger)
         http = try HTTPServer(options: configuration.serverOptions, handler: gateway, logger: logger.with("component", "transport"))
     }
 
-    /// Opens the store and starts listening.
+    /// Takes the data directory's lock, opens the store, ends the calls a previous process left
+    /// behind, and starts listening. Throws, with a sentence saying why, when the directory is
+    /// another server's, the store cannot be opened, or the address cannot be bound.
     public static func start(_ configuration: ServerConfiguration, logger: Logger = Logger()) throws -> SwitchboardServer {
+        let directory = configuration.dataDirectory
+        try Files.createDirectory(directory)
+        let lock: DirectoryLock
+        let since = ISO8601DateFormatter().string(from: Date())
+        do {
+            lock = try DirectoryLock(
+                directory: directory, infoFile: (directory as NSString).appendingPathComponent("switchboard.lock"),
+                holder: "pid \(getpid()), starting since \(since)")
+        } catch {
+            guard case .held(_, let holder) = error else { throw StartError(description: error.description) }
+            throw StartError(
+                description: "another switchboard serve is using the data directory '\(directory)' (\(holder)): stop it, or give this one its own --data-dir")
+        }
         let metrics = Metrics()
-        let store = try Store(
-            directory: configuration.dataDirectory, metrics: metrics, logger: logger, backlogLimit: configuration.limits.storeBacklogWrites)
-        let interrupted = try store.failInterruptedCalls(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
-        if interrupted > 0 { logger.warning("calls interrupted by a restart ended as failed", ["count": String(interrupted)]) }
-        let server = try SwitchboardServer(configuration: configuration, store: store, metrics: metrics, logger: logger)
+        let store = try Store(directory: directory, metrics: metrics, logger: logger, backlogLimit: configuration.limits.storeBacklogWrites)
+        let server: SwitchboardServer
+        do {
+            let interrupted = try store.failInterruptedCalls(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
+            if interrupted > 0 { logger.warning("calls interrupted by a restart ended as failed", ["count": String(interrupted)]) }
+            server = try SwitchboardServer(configuration: configuration, store: store, metrics: metrics, logger: logger, lock: lock)
+        } catch {
+            store.close()
+            lock.release()
+            throw error
+        }
+        let addresses = server.http.addresses.map(\.description).joined(separator: ",")
+        lock.update("pid \(getpid()), listening on \(addresses), since \(since)")
         logger.info(
             "listening",
-            ["host": configuration.host, "port": String(server.port), "data_dir": configuration.dataDirectory])
+            ["host": configuration.host, "port": String(server.port), "addresses": addresses, "data_dir": directory,
+             "max_connections": String(server.http.maxConnections), "descriptor_limit": String(DescriptorLimit.current)])
         return server
     }
 
     /// The port the server listens on (the real one when configured with 0).
     public var port: Int { http.port }
 
+    /// The addresses the server listens on (`127.0.0.1:8080`, `[::1]:8080`).
+    public var addresses: [SocketAddress] { http.addresses }
+
     /// `http://host:port`
-    public var baseURL: String { "http://\(configuration.host):\(port)" }
+    public var baseURL: String { "http://\(SocketAddress.urlHost(configuration.host)):\(port)" }
 
     /// The URL people should open.
     public var publicURL: String { configuration.publicURL ?? baseURL + "/" }
@@ -73,6 +103,12 @@ public final class SwitchboardServer: Sendable {
         http.stop()
         gateway.hub.push.shutdown()
         store.close()
+        lock.release()
         logger.info("stopped")
     }
+}
+
+/// Why the server did not start, as a sentence for the operator.
+public struct StartError: Error, Sendable, CustomStringConvertible {
+    public var description: String
 }

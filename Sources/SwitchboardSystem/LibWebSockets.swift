@@ -30,7 +30,6 @@ public final class EventLoop: @unchecked Sendable {
     private let loopThreadID = Locked<pthread_t?>(nil)
     private let protocols: UnsafeMutablePointer<lws_protocols>
     private let protocolNames: [UnsafeMutablePointer<CChar>]
-    private let hostName: UnsafeMutablePointer<CChar>?
     private var ownedStrings: [UnsafeMutablePointer<CChar>] = []
     private let retryPolicy: UnsafeMutablePointer<lws_retry_bo_t>
     private var timer: UnsafeMutableRawPointer?
@@ -41,6 +40,12 @@ public final class EventLoop: @unchecked Sendable {
 
     fileprivate weak var server: HTTPServer?
     fileprivate var clients: [UInt: WebSocketClient] = [:]
+    /// A server loop's listening sockets, its vhost (which adopts what they accept) and one
+    /// readable watcher per socket.
+    fileprivate let listening: ListeningSockets?
+    fileprivate var vhost: OpaquePointer?
+    private var acceptWatchers: [UnsafeMutableRawPointer] = []
+    private var acceptPaused: Set<Int> = []
 
     /// The port the server listens on (useful with port 0), or nil for a client-only loop.
     public private(set) var port: Int?
@@ -62,8 +67,10 @@ public final class EventLoop: @unchecked Sendable {
         protocols[1].rx_buffer_size = 16 * 1024
         retryPolicy = .allocate(capacity: 1)
         retryPolicy.initialize(to: lws_retry_bo_t())
-        hostName = listen.map { strdup($0.host)! }
         self.server = server
+        // Listen first: an address that cannot be bound stops the server here, before
+        // anything says it is running.
+        listening = try listen.map { options throws(ListenError) in try ListeningSockets(host: options.host, port: options.port) }
         guard let evLoop = sb_ev_loop_new() else {
             throw SystemError.listenFailed(host: listen?.host ?? "-", port: listen?.port ?? 0)
         }
@@ -75,11 +82,14 @@ public final class EventLoop: @unchecked Sendable {
         var info = lws_context_creation_info()
         info.protocols = UnsafePointer(protocols)
         info.user = Unmanaged.passUnretained(self).toOpaque()
-        info.options = sb_lws_option_disable_ipv6 | sb_lws_option_libev
+        info.options = sb_lws_option_libev
         info.foreign_loops = foreignLoops
         if let listen {
-            info.port = Int32(listen.port)
-            info.iface = UnsafePointer(hostName)
+            // The loop accepts on its own sockets (ListeningSockets) and hands each connection
+            // to libwebsockets: libwebsockets 4.1 binds an IPv6 or unknown host to every IPv4
+            // address or to none (silently), and spins on a listening socket it cannot accept
+            // from once descriptors run out.
+            info.port = sb_lws_context_port_no_listen_server
             info.max_http_header_data = UInt16(clamping: listen.maxHeaderBytes)
             info.options |= sb_lws_option_validate_utf8
             // Keepalive is the server's own (HTTPServer.sweepKeepalive): libwebsockets 4.1 keeps
@@ -102,6 +112,7 @@ public final class EventLoop: @unchecked Sendable {
                 info.http2_settings.3 = listen.http2MaxConcurrentStreams
             }
         } else {
+            info.options |= sb_lws_option_disable_ipv6
             info.port = sb_lws_context_port_no_listen
             retryPolicy.pointee.secs_since_valid_ping = 3600
             retryPolicy.pointee.secs_since_valid_hangup = 7200
@@ -112,8 +123,15 @@ public final class EventLoop: @unchecked Sendable {
         }
         self.context = context
         timer = sb_ev_timer_new(timerFired, Unmanaged.passUnretained(self).toOpaque())
-        if listen != nil, let vhost = lws_get_vhost_by_name(context, "default") {
-            port = Int(lws_get_vhost_listen_port(vhost))
+        if let listening {
+            vhost = lws_get_vhost_by_name(context, "default")
+            port = listening.port
+            for index in listening.descriptors.indices {
+                guard let watcher = sb_ev_io_new(listening.descriptors[index], acceptReady, Unmanaged.passUnretained(self).toOpaque(), Int32(index))
+                else { throw SystemError.listenFailed(host: listen?.host ?? "-", port: port ?? 0) }
+                acceptWatchers.append(watcher)
+                sb_ev_io_start(evLoop, watcher)
+            }
         }
         threadName = name
         if server == nil { start() }
@@ -131,7 +149,6 @@ public final class EventLoop: @unchecked Sendable {
     deinit {
         protocols.deallocate()
         protocolNames.forEach { free($0) }
-        if let hostName { free(hostName) }
         ownedStrings.forEach { free($0) }
         retryPolicy.deallocate()
         foreignLoops.deallocate()
@@ -143,6 +160,9 @@ public final class EventLoop: @unchecked Sendable {
             sb_ev_run_once(evLoop)
         }
         drainPending()
+        for watcher in acceptWatchers { sb_ev_io_free(evLoop, watcher) }
+        acceptWatchers.removeAll()
+        listening?.close()
         lws_context_destroy(context)
         sb_ev_run_nowait(evLoop)
         if let timer { sb_ev_timer_free(evLoop, timer) }
@@ -184,6 +204,21 @@ public final class EventLoop: @unchecked Sendable {
     /// Traps when called off the loop thread.
     public func assertOnLoop(file: StaticString = #fileID, line: UInt = #line) {
         precondition(isOnLoop, "called off the event loop thread", file: file, line: line)
+    }
+
+    // MARK: Accepting
+
+    /// The addresses the server listens on.
+    public var listeningAddresses: [SocketAddress] { listening?.addresses ?? [] }
+
+    /// Stops watching listening socket `index` for `delay`, then watches it again. Loop thread only.
+    fileprivate func pauseAccepting(_ index: Int, for delay: Duration) {
+        guard acceptPaused.insert(index).inserted else { return }
+        sb_ev_io_stop(evLoop, acceptWatchers[index])
+        schedule(after: delay) { [self] in
+            acceptPaused.remove(index)
+            if !stopRequested.load(ordering: .acquiring) { sb_ev_io_start(evLoop, acceptWatchers[index]) }
+        }
     }
 
     // MARK: Timers
@@ -236,6 +271,11 @@ public final class EventLoop: @unchecked Sendable {
         guard let wsi else { return nil }
         return from(context: lws_get_context(wsi))
     }
+}
+
+private func acceptReady(_ loop: UnsafeMutableRawPointer?, _ index: Int32) {
+    guard let loop else { return }
+    Unmanaged<EventLoop>.fromOpaque(loop).takeUnretainedValue().server?.acceptReady(Int(index))
 }
 
 private func timerFired(_ loop: UnsafeMutableRawPointer?) {
@@ -490,6 +530,25 @@ public protocol HTTPServerHandler: AnyObject {
     func webSocketClosed(_ connection: ConnectionID, reason: CloseReason)
     /// A new TCP connection is about to be accepted; returning false refuses it.
     func shouldAcceptConnection() -> Bool
+    /// `count` connections were closed as soon as accepted, for `reason`.
+    func connectionsRefused(_ count: Int, reason: ConnectionRefusal)
+    /// The process ran out of descriptors: accepting pauses for `HTTPServer.Options.acceptPause`.
+    func acceptingPaused()
+}
+
+extension HTTPServerHandler {
+    public func connectionsRefused(_ count: Int, reason: ConnectionRefusal) {}
+    public func acceptingPaused() {}
+}
+
+/// Why the server closed a connection as soon as it accepted it.
+public enum ConnectionRefusal: String, Sendable, CaseIterable {
+    /// `maxConnections` were open (answered `503` first).
+    case maxConnections = "max_connections"
+    /// The process had no descriptor left; the connection was shed with the spare one.
+    case outOfDescriptors = "out_of_descriptors"
+    /// The server is shutting down (answered `503` first).
+    case shuttingDown = "shutting_down"
 }
 
 /// An HTTP/1.1 and WebSocket server on libwebsockets, serviced by its own event loop.
@@ -529,6 +588,11 @@ public final class HTTPServer: @unchecked Sendable {
         public var tlsPrivateKeyPath: String?
         /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS announced to clients (0: libwebsockets' default).
         public var http2MaxConcurrentStreams: UInt32 = 0
+        /// Open connections (HTTP and WebSocket) past which a new one is answered `503` and
+        /// closed at once. 0: the descriptor limit's share (`DescriptorLimit.connections`).
+        public var maxConnections: Int = 0
+        /// How long accepting pauses after the process ran out of descriptors.
+        public var acceptPause: Duration = .milliseconds(100)
 
         public init(host: String, port: Int) {
             self.host = host
@@ -543,6 +607,10 @@ public final class HTTPServer: @unchecked Sendable {
     private var connectionsByWSI: [UInt: Connection] = [:]
     private var connections: [ConnectionID: Connection] = [:]
     private var nextID: UInt64 = 0
+    /// The network connections accepted and not yet destroyed (by wsi), for `maxConnections`.
+    private var accepted: Set<UInt> = []
+    /// `options.maxConnections`, or the descriptor limit's share when that is 0.
+    public let maxConnections: Int
 
     /// Starts listening. The server keeps `handler` for its life; the handler should hold the
     /// server it is given in `attach(to:)` weakly.
@@ -550,6 +618,7 @@ public final class HTTPServer: @unchecked Sendable {
         self.options = options
         self.logger = logger
         self.handler = handler
+        maxConnections = options.maxConnections > 0 ? options.maxConnections : DescriptorLimit.connections(under: DescriptorLimit.current)
         handler.attach(to: self)
         loop = try EventLoop(listen: options, server: self, name: "switchboard-loop")
         loop.start()
@@ -562,6 +631,12 @@ public final class HTTPServer: @unchecked Sendable {
     public func stop() {
         loop.stop()
     }
+
+    /// The addresses the server listens on.
+    public var addresses: [SocketAddress] { loop.listeningAddresses }
+
+    /// Open connections, HTTP and WebSocket. Loop thread only.
+    public var openConnections: Int { accepted.count }
 
     /// The number of open WebSocket connections. Loop thread only.
     public var webSocketCount: Int {
@@ -744,6 +819,53 @@ public final class HTTPServer: @unchecked Sendable {
         return conn.receiveCredit < 0
     }
 
+    // MARK: Accepting
+
+    /// What a connection refused at accept reads before it is closed.
+    private static let refusal = Array(
+        ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n"
+            + "Content-Length: 78\r\n\r\n{\"error\":{\"code\":\"unavailable\",\"message\":\"too many connections; retry later\"}}").utf8)
+
+    /// A listening socket is readable: accepts what waits (a bounded batch, so other I/O gets
+    /// its turn) and hands each connection to libwebsockets, or refuses it at once. Out of
+    /// descriptors, it sheds what waits and pauses that socket instead of spinning on it.
+    fileprivate func acceptReady(_ index: Int) {
+        guard let sockets = loop.listening, let vhost = loop.vhost else { return }
+        for _ in 0..<64 {
+            switch sockets.accept(index) {
+            case .none:
+                return
+            case .accepted(let fd):
+                let refusal: ConnectionRefusal? =
+                    handler?.shouldAcceptConnection() == false ? .shuttingDown : accepted.count >= maxConnections ? .maxConnections : nil
+                if let refusal {
+                    _ = Self.refusal.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+                    Glibc.close(fd)
+                    handler?.connectionsRefused(1, reason: refusal)
+                    if refusal == .maxConnections {
+                        logger.warning("connection refused: max_connections open", ["limit": String(maxConnections)])
+                    }
+                    continue
+                }
+                var yes: Int32 = 1
+                setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
+                // On failure libwebsockets closes the descriptor itself.
+                guard let wsi = lws_adopt_socket_vhost(vhost, fd) else { continue }
+                accepted.insert(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi))))
+            case .outOfDescriptors:
+                let shed = sockets.shed(index, limit: 64)
+                if shed > 0 { handler?.connectionsRefused(shed, reason: .outOfDescriptors) }
+                handler?.acceptingPaused()
+                logger.warning(
+                    "accept failed: out of file descriptors; accepting paused",
+                    ["open_connections": String(accepted.count), "descriptor_limit": String(DescriptorLimit.current),
+                     "shed": String(shed), "pause_ms": String(options.acceptPause.microseconds / 1000)])
+                loop.pauseAccepting(index, for: options.acceptPause)
+                return
+            }
+        }
+    }
+
     private func connection(for wsi: OpaquePointer) -> Connection {
         let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi)))
         if let existing = connectionsByWSI[key] { return existing }
@@ -776,9 +898,6 @@ public final class HTTPServer: @unchecked Sendable {
         case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
             loop.drainPending()
             return 0
-
-        case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
-            return handler?.shouldAcceptConnection() == false ? 1 : 0
 
         case LWS_CALLBACK_HTTP:
             let conn = connection(for: wsi)
@@ -911,8 +1030,13 @@ public final class HTTPServer: @unchecked Sendable {
             }
             return 0
 
-        case LWS_CALLBACK_CLOSED, LWS_CALLBACK_CLOSED_HTTP, LWS_CALLBACK_WSI_DESTROY:
+        case LWS_CALLBACK_CLOSED, LWS_CALLBACK_CLOSED_HTTP:
             forget(wsi)
+            return 0
+
+        case LWS_CALLBACK_WSI_DESTROY:
+            forget(wsi)
+            accepted.remove(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi))))
             return 0
 
         default:

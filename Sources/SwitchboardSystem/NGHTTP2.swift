@@ -3,6 +3,7 @@
 import SwitchboardProtocol
 import CNGHTTP2
 import Foundation
+import Glibc
 import Synchronization
 
 /// A small HTTP/2 server over TLS (ALPN "h2"): one thread, non-blocking sockets and poll(),
@@ -79,7 +80,9 @@ public final class HTTP2Server: @unchecked Sendable {
     public private(set) var port = 0
     private let handler: Handler
     private let tls: TLSServerContext
-    private var listener: Int32 = -1
+    private let listening: ListeningSockets
+    /// Until when accepting waits after the process ran out of descriptors (monotonic µs).
+    private var acceptPausedUntil: UInt64 = 0
     private var wakeRead: Int32 = -1
     private var wakeWrite: Int32 = -1
     private var connections: [Int: Connection] = [:]
@@ -99,7 +102,8 @@ public final class HTTP2Server: @unchecked Sendable {
         self.handler = handler
         tls = try TLSServerContext(
             certificatePath: options.certificatePath, privateKeyPath: options.privateKeyPath, clientCAPath: options.clientCAPath)
-        try listen()
+        listening = try ListeningSockets(host: options.host, port: options.port)
+        port = listening.port
         var pipeEnds: [Int32] = [0, 0]
         guard pipe(&pipeEnds) == 0 else { throw SystemError.listenFailed(host: options.host, port: options.port) }
         wakeRead = pipeEnds[0]
@@ -173,35 +177,13 @@ public final class HTTP2Server: @unchecked Sendable {
         // The thread holds the server until `run` returns, so a server that started is only
         // freed after it stopped; one whose init failed never started a thread.
         if !started.load(ordering: .acquiring) {
-            if listener >= 0 { close(listener) }
+            listening.close()
             if wakeRead >= 0 { close(wakeRead) }
             if wakeWrite >= 0 { close(wakeWrite) }
         }
     }
 
     // MARK: Sockets
-
-    private func listen() throws {
-        listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var yes: Int32 = 1
-        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(options.port).bigEndian)
-        address.sin_addr.s_addr = inet_addr(options.host)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, Glibc.listen(listener, 512) == 0 else {
-            close(listener)
-            throw SystemError.listenFailed(host: options.host, port: options.port)
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
-        }
-        port = Int(UInt16(bigEndian: address.sin_port))
-    }
 
     private static func setNonBlocking(_ fd: Int32) {
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
@@ -211,7 +193,11 @@ public final class HTTP2Server: @unchecked Sendable {
     private func run() {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while !stopRequested.load(ordering: .acquiring) {
-            var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+            // Listening sockets first (not watched while accepting is paused), then the wake pipe.
+            let accepting = EventLoop.nowMicros() >= acceptPausedUntil
+            var fds = listening.descriptors.map { pollfd(fd: accepting ? $0 : -1, events: Int16(POLLIN), revents: 0) }
+            fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
+            let first = fds.count
             let order = Array(connections.keys)
             for id in order {
                 let conn = connections[id]!
@@ -219,14 +205,14 @@ public final class HTTP2Server: @unchecked Sendable {
                 if conn.wantsWrite { events |= Int16(POLLOUT) }
                 fds.append(pollfd(fd: conn.socket, events: events, revents: 0))
             }
-            var timeout: Int32 = 1000
+            var timeout: Int32 = accepting ? 1000 : 100
             if let next = timers.nextDeadline() {
                 let now = EventLoop.nowMicros()
                 timeout = next <= now ? 0 : Int32(min(1000, (next - now + 999) / 1000))
             }
             _ = poll(&fds, nfds_t(fds.count), timeout)
 
-            if fds[1].revents != 0 {
+            if fds[first - 1].revents != 0 {
                 var drain = [UInt8](repeating: 0, count: 256)
                 while read(wakeRead, &drain, drain.count) > 0 {}
                 let work = pending.withLock { queue -> [@Sendable (HTTP2Server) -> Void] in
@@ -238,29 +224,36 @@ public final class HTTP2Server: @unchecked Sendable {
             }
             let now = EventLoop.nowMicros()
             while let body = timers.popDue(now: now) { body() }
-            if fds[0].revents & Int16(POLLIN) != 0 { acceptAll() }
+            for index in listening.descriptors.indices where fds[index].revents & Int16(POLLIN) != 0 { acceptAll(index) }
             for (index, id) in order.enumerated() {
                 guard let conn = connections[id] else { continue }
-                let revents = fds[index + 2].revents
+                let revents = fds[index + first].revents
                 if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 || (revents & Int16(POLLOUT) != 0) {
                     service(conn, buffer: &buffer)
                 }
             }
         }
         for conn in connections.values { drop(conn) }
-        close(listener)
+        listening.close()
         close(wakeRead)
         close(wakeWrite)
         finished.signal()
     }
 
-    private func acceptAll() {
+    private func acceptAll(_ index: Int) {
         while true {
-            let fd = accept(listener, nil, nil)
-            guard fd >= 0 else { return }
-            Self.setNonBlocking(fd)
+            let fd: Int32
+            switch listening.accept(index) {
+            case .accepted(let accepted): fd = accepted
+            case .none: return
+            case .outOfDescriptors:
+                // Shed what waits and stop watching the sockets for a while, instead of spinning.
+                _ = listening.shed(index, limit: 64)
+                acceptPausedUntil = EventLoop.nowMicros() + 100_000
+                return
+            }
             var yes: Int32 = 1
-            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
+            setsockopt(fd, SOL_TCP, TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
             guard let tlsConnection = try? TLSConnection(context: tls, socket: fd) else {
                 close(fd)
                 continue

@@ -181,7 +181,7 @@ public final class APNsSandbox: Sendable {
         var certificate = configuration.certificatePath
         var key = configuration.privateKeyPath
         if certificate == nil || key == nil {
-            try FileManager.default.createDirectory(atPath: configuration.directory, withIntermediateDirectories: true)
+            try Files.createDirectory(configuration.directory)
             let generated = try ECPrivateKey.generate()
             certificate = configuration.directory + "/sandbox-cert.pem"
             key = configuration.directory + "/sandbox-key.pem"
@@ -219,8 +219,8 @@ public final class APNsSandbox: Sendable {
     /// The admin API's port.
     public var adminPort: Int { adminServer.port }
     /// `https://127.0.0.1:PORT`
-    public var url: String { "https://\(configuration.host):\(port)" }
-    public var adminURL: String { "http://\(configuration.host):\(adminPort)" }
+    public var url: String { "https://\(SocketAddress.urlHost(configuration.host)):\(port)" }
+    public var adminURL: String { "http://\(SocketAddress.urlHost(configuration.host)):\(adminPort)" }
 
     /// Connections open now (draining ones included), the most usable ones (not sent GOAWAY)
     /// open at once, and all accepted so far.

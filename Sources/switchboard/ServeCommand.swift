@@ -41,8 +41,9 @@ enum ServeCommand {
 
         var configuration = ServerConfiguration()
         if let file = parsed.value("config") {
-            guard let data = FileManager.default.contents(atPath: file) else { throw UsageError("cannot read --config \(file)") }
-            try configuration.apply(json: data)
+            guard FileManager.default.fileExists(atPath: file) else { throw UsageError("--config \(file): no such file") }
+            guard let data = FileManager.default.contents(atPath: file) else { throw UsageError("--config \(file): the file cannot be read") }
+            do { try configuration.apply(json: data) } catch { throw UsageError("--config \(file): \(error)") }
         }
         let environment = ProcessInfo.processInfo.environment
         for setting in ServerConfiguration.settings {
@@ -58,7 +59,10 @@ enum ServeCommand {
         }
 
         signal(SIGPIPE, SIG_IGN)
-        let logger = Logger(minimumLevel: configuration.logLevel)
+        // A server needs more descriptors than the interactive default (1,024); max_connections
+        // is derived from what this gives unless set.
+        DescriptorLimit.raiseToHardLimit()
+        let logger = Logger(minimumLevel: configuration.logLevel, sink: .standardError(repeatLimit: configuration.logRepeatLimit))
         SystemLog.logger = logger.with("component", "system")
         let server = try SwitchboardServer.start(configuration, logger: logger)
 

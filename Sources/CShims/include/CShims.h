@@ -52,6 +52,10 @@ CURLMcode sb_curl_multi_setopt_long(CURLM *handle, CURLMoption option, long valu
 CURLcode sb_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value);
 CURLcode sb_curl_easy_getinfo_pointer(CURL *handle, CURLINFO info, void **value);
 
+/* accept4 (a GNU extension the C library module does not export): one connection from a
+ * listening socket, non-blocking and close-on-exec, or -1 with errno. */
+int sb_accept_nonblocking(int fd);
+
 /* Bytes the kernel has received on a TCP socket (TCP_INFO tcpi_bytes_received), or -1. */
 long long sb_tcp_bytes_received(int fd);
 

@@ -15,6 +15,8 @@ public struct ServerConfiguration: Sendable {
     /// The folder of the web client's static files.
     public var webRoot = "./web"
     public var logLevel = Logger.Level.info
+    /// Lines one message may log per 10 s before the rest are counted and summarized.
+    public var logRepeatLimit = RepeatLimiter.defaultLimit
     /// Serve the `/v1/echo` WebSocket endpoint (for conformance tests only).
     public var enableEcho = false
     /// The URL printed for people to open (defaults to http://host:port/).
@@ -64,6 +66,9 @@ public struct ServerConfiguration: Sendable {
         public var storeBacklogWrites = 10_000
         public var maxReceiveBytesPerSecond = 1024 * 1024
         public var connectsPerIdentityPerMinute = 60
+        /// Open connections (HTTP and WebSocket) past which new ones are refused at once.
+        /// 0: derived from the descriptor limit (`DescriptorLimit.connections`).
+        public var maxConnections = 0
         public var invitesPerMinute = 30
         public var invitesPerPairPerMinute = 10
         public init() {}
@@ -131,6 +136,13 @@ public struct ServerConfiguration: Sendable {
             }
             config.logLevel = level
         },
+        Setting(name: "log_repeat_limit", summary: "Lines one message may log per 10 s; the rest are counted in one summary line (0: no limit).") {
+            config, text in
+            guard let value = Int(text), (0...1_000_000).contains(value) else {
+                throw InvalidSetting(name: "log_repeat_limit", value: text, expected: "an integer in 0...1000000")
+            }
+            config.logRepeatLimit = value
+        },
         Setting(name: "enable_echo", summary: "Serve the /v1/echo WebSocket endpoint (conformance tests).", isFlag: true) { config, text in
             config.enableEcho = try parseBool("enable_echo", text)
         },
@@ -145,6 +157,9 @@ public struct ServerConfiguration: Sendable {
         int("ping_interval_seconds", "Silence after which the server pings a WebSocket.", 1...3600, \.limits.pingIntervalSeconds),
         int("idle_timeout_seconds", "Silence (no frame, not even a pong) after which a WebSocket is closed.", 2...7200, \.limits.idleTimeoutSeconds),
         int("http_timeout_seconds", "Time allowed for an HTTP request to arrive in full.", 1...600, \.limits.httpTimeoutSeconds),
+        int(
+            "max_connections", "Open connections past which new ones get 503 and are closed at once; 0: the descriptor limit less headroom.",
+            0...10_000_000, \.limits.maxConnections),
         int("max_token_bytes", "Longest access token accepted.", 256...65536, \.limits.maxTokenBytes),
         int("token_leeway_seconds", "Clock skew tolerated on a token's exp and nbf.", 0...600, \.limits.tokenLeewaySeconds),
         int("max_token_ttl_seconds", "Longest lifetime of a token issued by POST /v1/tokens.", 60...(30 * 86400), \.limits.maxTokenTTLSeconds),
@@ -215,7 +230,8 @@ public struct ServerConfiguration: Sendable {
         let limits = defaults.limits
         return [
             "host": defaults.host, "port": String(defaults.port), "data_dir": defaults.dataDirectory,
-            "web_root": defaults.webRoot, "log_level": defaults.logLevel.name, "enable_echo": "false",
+            "web_root": defaults.webRoot, "log_level": defaults.logLevel.name, "log_repeat_limit": String(defaults.logRepeatLimit),
+            "enable_echo": "false",
             "public_url": "http://host:port/",
             "max_header_bytes": String(limits.maxHeaderBytes), "max_body_bytes": String(limits.maxBodyBytes),
             "max_message_bytes": String(limits.maxMessageBytes),
@@ -224,6 +240,7 @@ public struct ServerConfiguration: Sendable {
             "ping_interval_seconds": String(limits.pingIntervalSeconds),
             "idle_timeout_seconds": String(limits.idleTimeoutSeconds),
             "http_timeout_seconds": String(limits.httpTimeoutSeconds),
+            "max_connections": "derived",
             "max_token_bytes": String(limits.maxTokenBytes),
             "token_leeway_seconds": String(limits.tokenLeewaySeconds),
             "max_token_ttl_seconds": String(limits.maxTokenTTLSeconds),
@@ -251,21 +268,29 @@ public struct ServerConfiguration: Sendable {
         ]
     }
 
+    /// Why a `--config` file could not be used, as a sentence.
+    public struct InvalidFile: Error, CustomStringConvertible {
+        public var description: String
+    }
+
     /// Applies a JSON object of settings (the `--config` file). Unknown keys are errors.
     public mutating func apply(json data: Data) throws {
-        guard let object = (try? JSONDecoder().decode(JSONValue.self, from: data))?.objectValue else {
-            throw InvalidSetting(name: "config", value: "", expected: "a JSON object")
+        guard let value = try? JSONDecoder().decode(JSONValue.self, from: data) else {
+            throw InvalidFile(description: "it is not valid JSON")
+        }
+        guard let object = value.objectValue else {
+            throw InvalidFile(description: "it must be one JSON object of settings, like {\"port\": 9000}")
         }
         for (key, value) in object.sorted(by: { $0.key < $1.key }) {
             guard let setting = Self.settings.first(where: { $0.name == key }) else {
-                throw InvalidSetting(name: key, value: "", expected: "a known setting (see docs/configuration.md)")
+                throw InvalidFile(description: "'\(key)' is not a setting (docs/configuration.md lists them)")
             }
             let text: String
             switch value {
             case .bool(let flag): text = flag ? "true" : "false"
             case .int(let number): text = String(number)
             case .string(let string): text = string
-            default: throw InvalidSetting(name: key, value: "\(value)", expected: "a string, integer or boolean")
+            default: throw InvalidFile(description: "the value of '\(key)' must be a string, an integer or true/false")
             }
             try setting.apply(&self, text)
         }
@@ -284,6 +309,7 @@ public struct ServerConfiguration: Sendable {
         options.pingIntervalSeconds = limits.pingIntervalSeconds
         options.idleTimeoutSeconds = limits.idleTimeoutSeconds
         options.httpTimeoutSeconds = limits.httpTimeoutSeconds
+        options.maxConnections = limits.maxConnections
         options.extraHeaders = ["idempotency-key", "x-request-id"]
         return options
     }

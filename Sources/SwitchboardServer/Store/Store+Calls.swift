@@ -207,14 +207,16 @@ extension Store {
         let summary = String(decoding: (try? JSONEncoder().encode(state.summary)) ?? Data(), as: UTF8.self)
         let callees = String(decoding: (try? JSONEncoder().encode(state.callees)) ?? Data(), as: UTF8.self)
         let phase = state.isEnded ? "ended" : state.isRinging ? "ringing" : "accepted"
+        let owner = self.owner
         enqueue("call") { database in
             try database.query(
                 """
-                INSERT INTO calls (id, app_id, caller, callees, state, summary, created_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (id) DO UPDATE SET state = excluded.state, summary = excluded.summary
+                INSERT INTO calls (id, app_id, caller, callees, state, summary, created_at, idempotency_key, owner)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (id) DO UPDATE SET state = excluded.state, summary = excluded.summary, owner = excluded.owner
                 """,
                 [.text(state.id), .text(state.appID), .text(state.caller), .text(callees), .text(phase), .text(summary),
-                 .integer(state.createdAtMillis), idempotencyKey.map(SQLValue.text) ?? .null])
+                 .integer(state.createdAtMillis), idempotencyKey.map(SQLValue.text) ?? .null, .text(owner)])
             written?()
         }
     }
@@ -276,19 +278,29 @@ extension Store {
         }
     }
 
-    /// Ends every call a previous run left ringing or accepted: `failed`, reason `server_restart`.
-    /// On a store that takes no writes now (full or read-only disk) this waits in the backlog,
-    /// ahead of every later write.
+    /// Ends every call that processes other than this store's `owner` left ringing or
+    /// accepted: `failed`, reason `server_restart`. On SQLite, one `switchboard serve` holds the
+    /// data directory's lock, so every other owner is a process that is gone; a store shared by
+    /// several live processes must pass only the owners known to be dead. On a store that takes
+    /// no writes now (full or read-only disk) this waits in the backlog, ahead of every later
+    /// write.
     func failInterruptedCalls(nowMillis: Int64) throws -> Int {
+        let owner = self.owner
         guard storageProblem == nil else {
-            enqueue("interrupted calls") { database in _ = try Self.endInterruptedCalls(database, nowMillis: nowMillis) }
-            return try read { try $0.query("SELECT COUNT(*) FROM calls WHERE state != 'ended'").first?.first?.int64 }.map(Int.init) ?? 0
+            enqueue("interrupted calls") { database in _ = try Self.endInterruptedCalls(database, except: owner, nowMillis: nowMillis) }
+            return try read {
+                try $0.query(
+                    "SELECT COUNT(*) FROM calls WHERE state != 'ended' AND (owner IS NULL OR owner != ?)", [.text(owner)]
+                ).first?.first?.int64
+            }.map(Int.init) ?? 0
         }
-        return try write { database in try Self.endInterruptedCalls(database, nowMillis: nowMillis) }
+        return try write { database in try Self.endInterruptedCalls(database, except: owner, nowMillis: nowMillis) }
     }
 
-    private static func endInterruptedCalls(_ database: SQLiteDatabase, nowMillis: Int64) throws -> Int {
-        let rows = try database.query("SELECT id, app_id, caller, callees, summary FROM calls WHERE state != 'ended'")
+    private static func endInterruptedCalls(_ database: SQLiteDatabase, except owner: String, nowMillis: Int64) throws -> Int {
+        let rows = try database.query(
+            "SELECT id, app_id, caller, callees, summary FROM calls WHERE state != 'ended' AND (owner IS NULL OR owner != ?)",
+            [.text(owner)])
         for row in rows {
             guard let id = row[0].string, let appID = row[1].string, let caller = row[2].string else { continue }
             let callees = (try? JSONDecoder().decode([String].self, from: Data((row[3].string ?? "[]").utf8))) ?? []

@@ -115,11 +115,19 @@ public final class Store: Sendable {
             PRIMARY KEY (key_id, team_id)
         );
         """,
+        // 5: which server process runs each call, so that recovery ends only the calls of a
+        // process that is gone (calls from before this version have none).
+        """
+        ALTER TABLE calls ADD COLUMN owner TEXT;
+        CREATE INDEX calls_live ON calls (state, owner);
+        """,
     ]
 
     public let path: String
     /// Queued writes kept while the storage refuses them (at most this many; the oldest go first).
     public let backlogLimit: Int
+    /// The server process writing through this store: its calls are saved with it as their owner.
+    public let owner: String
     private let writer: Locked<SQLiteDatabase?>
     private let reader: Locked<SQLiteDatabase?>
     private let queue = DispatchQueue(label: "switchboard.store.writer")
@@ -140,17 +148,29 @@ public final class Store: Sendable {
     private let backlog = Locked(Backlog())
 
     /// Opens or creates `switchboard.db` in `directory`, migrating it to the current schema.
-    public init(directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), backlogLimit: Int = 10_000) throws {
+    /// `owner` names the process (see `failInterruptedCalls`).
+    public init(
+        directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), backlogLimit: Int = 10_000,
+        owner: String = "p_" + RandomID.alphanumeric(12)
+    ) throws {
         self.backlogLimit = backlogLimit
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        self.owner = owner
+        try Files.createDirectory(directory)
         path = (directory as NSString).appendingPathComponent("switchboard.db")
         self.metrics = metrics
         self.logger = logger
-        let database = try Self.openWriter(path)
-        try Self.migrate(database, logger: logger)
-        let loaded = try Self.loadApps(database)
+        let database: SQLiteDatabase
+        let loaded: [App]
+        do {
+            database = try Self.openWriter(path)
+            try Self.migrate(database, logger: logger)
+            loaded = try Self.loadApps(database)
+            reader = Locked(try SQLiteDatabase(path: path, readOnly: true))
+        } catch let error as SQLiteError {
+            let code = error.code == 0 ? "" : " (SQLite error \(error.code))"
+            throw FileError(description: "cannot open the store '\(path)': \(error.message)\(code)")
+        }
         writer = Locked(database)
-        reader = Locked(try SQLiteDatabase(path: path, readOnly: true))
         apps.withLock { $0 = Dictionary(uniqueKeysWithValues: loaded.map { ($0.apiKey, $0) }) }
         // A store on a full or read-only disk opens (reads work) but takes no write: find out now.
         queue.sync {

@@ -77,6 +77,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             return ("/readyz", json(200, ["status": "ready"]))
         case (.get, "/metrics"):
             metrics.set("switchboard_sessions", to: Double(hub.sessionCount))
+            metrics.set("switchboard_open_connections", to: Double(server?.openConnections ?? 0))
             return (
                 "/metrics",
                 HTTPResponse(
@@ -168,6 +169,14 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
 
     func shouldAcceptConnection() -> Bool {
         !draining
+    }
+
+    func connectionsRefused(_ count: Int, reason: ConnectionRefusal) {
+        metrics.increment("switchboard_connections_shed_total", ["reason": reason.rawValue], by: Double(count))
+    }
+
+    func acceptingPaused() {
+        metrics.increment("switchboard_accept_pauses_total")
     }
 
     func shouldUpgrade(_ request: HTTPRequest, on connection: ConnectionID) -> UpgradeDecision {

@@ -1,0 +1,133 @@
+import Foundation
+import SwitchboardProtocol
+
+/// One of the project's executables (`switchboard serve`, `switchboard apns-sandbox`...) run as
+/// a child process, its output collected as it comes, every wait bounded by a deadline.
+///
+/// ```swift
+/// let serve = try ToolProcess(["serve", "--port", "0", "--data-dir", dir])
+/// let port = try serve.waitForPort()
+/// ```
+public final class ToolProcess: Sendable {
+    /// Why a wait ended without what it waited for; says what that was and what was seen.
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    private let process: Process
+    private let output = Locked("")
+    private let errors = Locked("")
+    private let done = DispatchGroup()
+
+    /// Starts `switchboard` with `arguments`. `shellPrefix` runs it through `/bin/sh -c` after
+    /// those shell words (`ulimit -n 256 &&`), with `exec` so the pid stays the tool's.
+    public init(_ arguments: [String], executable: String = "switchboard", shellPrefix: String? = nil, environment: [String: String] = [:]) throws {
+        let process = Process()
+        let path = productsDirectory + "/" + executable
+        if let shellPrefix {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            let quoted = ([path] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+            process.arguments = ["-c", "\(shellPrefix) exec \(quoted.joined(separator: " "))"]
+        } else {
+            process.executableURL = URL(fileURLWithPath: path)
+            process.arguments = arguments
+        }
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        self.process = process
+        for (pipe, sink) in [(out, output), (err, errors)] {
+            done.enter()
+            let handle = pipe.fileHandleForReading
+            Thread.detachNewThread { [done] in
+                while true {
+                    let chunk = handle.availableData
+                    if chunk.isEmpty { break }
+                    sink.withLock { $0 += String(decoding: chunk, as: UTF8.self) }
+                }
+                done.leave()
+            }
+        }
+        try process.run()
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
+    public var pid: Int32 { process.processIdentifier }
+    public var isRunning: Bool { process.isRunning }
+    /// What it printed on standard output and standard error so far.
+    public var standardOutput: String { output.withLock { $0 } }
+    public var standardError: String { errors.withLock { $0 } }
+
+    /// Waits until `standardError` (or `standardOutput`) matches `pattern`, and returns the
+    /// first capture; fails at `timeout` or when the process exits first, saying so.
+    public func waitFor(
+        _ pattern: Regex<(Substring, Substring)>, inOutput: Bool = false, timeout: Duration = .seconds(15), what: String
+    ) throws -> String {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let text = inOutput ? standardOutput : standardError
+            if let match = text.firstMatch(of: pattern) { return String(match.1) }
+            if !process.isRunning {
+                Thread.sleep(forTimeInterval: 0.05)  // the last output may still be in the pipe
+                let late = inOutput ? standardOutput : standardError
+                if let match = late.firstMatch(of: pattern) { return String(match.1) }
+                throw Failure(description: "the process exited (\(process.terminationStatus)) before \(what); it printed: \(late.suffix(2000))")
+            }
+            guard ContinuousClock.now < deadline else {
+                throw Failure(description: "timed out after \(timeout) waiting for \(what); it printed: \(text.suffix(2000))")
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+    }
+
+    /// `switchboard serve`: the port of its `listening` line.
+    public func waitForPort(timeout: Duration = .seconds(15)) throws -> Int {
+        Int(try waitFor(/msg=listening .*?port=(\d+)/, timeout: timeout, what: "the listening line")) ?? 0
+    }
+
+    /// Waits for the process to exit (killing it at `timeout`) and returns its status.
+    @discardableResult
+    public func waitForExit(timeout: Duration = .seconds(15)) throws -> Int32 {
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning {
+            guard ContinuousClock.now < deadline else {
+                kill(process.processIdentifier, SIGKILL)
+                throw Failure(description: "the process did not exit within \(timeout); it printed: \(standardError.suffix(2000))")
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        process.waitUntilExit()
+        _ = done.wait(timeout: .now() + 5)
+        return process.terminationStatus
+    }
+
+    /// SIGTERM, then waits for the exit.
+    @discardableResult
+    public func stop(timeout: Duration = .seconds(15)) throws -> Int32 {
+        if process.isRunning { process.terminate() }
+        return try waitForExit(timeout: timeout)
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    public func kill9() {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+
+    /// CPU time (user and system) the process has used, in seconds, from `/proc`.
+    public var cpuSeconds: Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // After the command: state is field 3; utime and stime are fields 14 and 15.
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+}

@@ -1,0 +1,204 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+import SwitchboardTesting
+import Testing
+
+/// Whether a TCP connect to `ip`:`port` is answered (a listener there), within a second.
+func canConnect(_ ip: String, _ port: Int) -> Bool {
+    let v6 = ip.contains(":")
+    let fd = socket(v6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var timeout = timeval(tv_sec: 1, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    if v6 {
+        var address = sockaddr_in6()
+        address.sin6_family = sa_family_t(AF_INET6)
+        address.sin6_port = in_port_t(UInt16(port).bigEndian)
+        guard inet_pton(AF_INET6, ip, &address.sin6_addr) == 1 else { return false }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) == 0 }
+        }
+    }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    guard inet_pton(AF_INET, ip, &address.sin_addr) == 1 else { return false }
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+    }
+}
+
+/// Whether this machine has IPv6 loopback (some containers turn IPv6 off).
+let hasIPv6Loopback: Bool = {
+    let fd = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var address = sockaddr_in6()
+    address.sin6_family = sa_family_t(AF_INET6)
+    inet_pton(AF_INET6, "::1", &address.sin6_addr)
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) == 0 }
+    }
+}()
+
+/// The IPv4 and IPv6 addresses a name resolves to here.
+func resolved(_ name: String) -> Set<String> {
+    var hints = addrinfo()
+    hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+    var list: UnsafeMutablePointer<addrinfo>?
+    guard getaddrinfo(name, nil, &hints, &list) == 0 else { return [] }
+    defer { freeaddrinfo(list) }
+    var found: Set<String> = []
+    var cursor = list
+    while let entry = cursor {
+        var text = [CChar](repeating: 0, count: 64)
+        getnameinfo(entry.pointee.ai_addr, entry.pointee.ai_addrlen, &text, 64, nil, 0, NI_NUMERICHOST)
+        found.insert(text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
+        cursor = entry.pointee.ai_next
+    }
+    return found
+}
+
+@Suite(.serialized) struct ListenTests {
+    func serve(_ extra: [String], directory: String? = nil) throws -> (ToolProcess, String) {
+        let dir = try directory ?? makeTemporaryDirectory()
+        let process = try ToolProcess(
+            ["serve", "--port", "0", "--data-dir", dir, "--web-root", repositoryRoot + "/web", "--log-level", "info"] + extra)
+        return (process, dir)
+    }
+
+    /// (host asked for, addresses that must answer, addresses that must not, needs IPv6).
+    static let hosts: [(String, [String], [String], Bool)] = [
+        ("127.0.0.1", ["127.0.0.1"], ["::1"], false),
+        ("0.0.0.0", ["127.0.0.1"], ["::1"], false),
+        ("::1", ["::1"], ["127.0.0.1"], true),
+        ("[::1]", ["::1"], ["127.0.0.1"], true),
+        ("::", ["::1", "127.0.0.1"], [], true),
+        ("localhost", Array(resolved("localhost")), ["127.0.0.1", "::1"].filter { !resolved("localhost").contains($0) }, false),
+    ]
+
+    @Test(arguments: hosts.indices)
+    func serveListensExactlyWhereAsked(index: Int) throws {
+        let (host, answering, silent, needsIPv6) = Self.hosts[index]
+        guard !needsIPv6 || hasIPv6Loopback else {
+            print("skipped: --host \(host) needs IPv6 loopback, which this machine does not have")
+            return
+        }
+        let (process, directory) = try serve(["--host", host])
+        defer {
+            _ = try? process.stop()
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+        let port = try process.waitForPort()
+        _ = try process.waitFor(/(Switchboard is running)/, inOutput: true, what: "the running line")
+        for ip in answering where !ip.contains(":") || hasIPv6Loopback {
+            #expect(canConnect(ip, port), "--host \(host): \(ip) must answer")
+        }
+        for ip in silent where !ip.contains(":") || hasIPv6Loopback {
+            #expect(!canConnect(ip, port), "--host \(host): \(ip) must not answer")
+        }
+        let healthz = try HTTPClient.perform("GET", "http://\(SocketAddress.urlHost(answering[0])):\(port)/healthz")
+        #expect(healthz.status == 200)
+    }
+
+    /// (what, extra arguments, words the refusal must contain).
+    static let refusals: [(String, [String], String)] = [
+        ("an address this machine does not have", ["--host", "192.0.2.1"], "this machine has no such address"),
+        ("a name that does not resolve", ["--host", "no-such-host.invalid"], "does not resolve"),
+        ("an empty host", ["--host", ""], "invalid value '' for host"),
+    ]
+
+    @Test(arguments: refusals.indices)
+    func aHostThatCannotBeBoundStopsTheServerBeforeItSaysItIsRunning(index: Int) throws {
+        let (what, arguments, words) = Self.refusals[index]
+        let (process, directory) = try serve(arguments)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let status = try process.waitForExit()
+        #expect(status != 0, "\(what)")
+        #expect(process.standardError.contains(words), "\(what): \(process.standardError)")
+        #expect(!process.standardOutput.contains("Switchboard is running"), "\(what)")
+        #expect(!process.standardError.contains("NSCocoaErrorDomain"), "\(what)")
+    }
+
+    @Test func aPortInUseStopsTheServerAndASecondServeOnOneDataDirectoryIsRefusedNamingTheFirst() throws {
+        let (first, directory) = try serve([])
+        defer {
+            _ = try? first.stop()
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+        let port = try first.waitForPort()
+
+        let (sameport, other) = try serve(["--port", String(port)])
+        defer { try? FileManager.default.removeItem(atPath: other) }
+        #expect(try sameport.waitForExit() == 1)
+        #expect(sameport.standardError.contains("cannot listen on 127.0.0.1:\(port): the port is in use"), "\(sameport.standardError)")
+        #expect(!sameport.standardOutput.contains("Switchboard is running"))
+
+        let (second, _) = try serve([], directory: directory)
+        #expect(try second.waitForExit() == 1)
+        #expect(second.standardError.contains("another switchboard serve is using the data directory"), "\(second.standardError)")
+        #expect(second.standardError.contains("pid \(first.pid)"), "the refusal names the running server: \(second.standardError)")
+        #expect(second.standardError.contains("127.0.0.1:\(port)"), "and where it listens")
+        #expect(!second.standardOutput.contains("Switchboard is running"))
+        #expect(canConnect("127.0.0.1", port), "the first one is untouched")
+
+        // Once the first is gone, even by kill -9, the directory is free.
+        first.kill9()
+        let (third, _) = try serve([], directory: directory)
+        _ = try third.waitForPort()
+        #expect(try third.stop() == 0)
+    }
+
+    @Test func startupErrorsReadAsSentences() throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try "x".write(toFile: directory + "/file", atomically: true, encoding: .utf8)
+        try #"{"port": 1"#.write(toFile: directory + "/broken.json", atomically: true, encoding: .utf8)
+        try #"{"prot": 9000}"#.write(toFile: directory + "/typo.json", atomically: true, encoding: .utf8)
+        try #"[1]"#.write(toFile: directory + "/array.json", atomically: true, encoding: .utf8)
+        let cases: [([String], String)] = [
+            (["--data-dir", directory + "/file/data"], "cannot create the directory '\(directory)/file': a file of that name is in the way"),
+            (["--data-dir", "/proc/no-such/data"], "cannot create the directory '/proc/no-such'"),
+            (["--config", directory + "/broken.json"], "--config \(directory)/broken.json: it is not valid JSON"),
+            (["--config", directory + "/typo.json"], "'prot' is not a setting"),
+            (["--config", directory + "/array.json"], "it must be one JSON object of settings"),
+            (["--config", directory + "/missing.json"], "--config \(directory)/missing.json: no such file"),
+        ]
+        for (arguments, words) in cases {
+            let run = try runTool("switchboard", ["serve", "--port", "0"] + arguments)
+            #expect(run.status != 0, "\(arguments)")
+            #expect(run.errors.contains(words), "\(arguments): \(run.errors)")
+            #expect(!run.errors.contains("NSCocoaErrorDomain") && !run.errors.contains("Code="), "no Foundation dump: \(run.errors)")
+            #expect(!run.output.contains("Switchboard is running"))
+        }
+    }
+
+    @Test func theAPNsSandboxListensExactlyWhereAskedOrNotAtAll() throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let host = hasIPv6Loopback ? "::1" : "127.0.0.1"
+        let sandbox = try ToolProcess(
+            ["apns-sandbox", "--host", host, "--port", "0", "--admin-port", "0", "--accept-any-key", "--dir", directory])
+        defer { _ = try? sandbox.stop() }
+        let url = try sandbox.waitFor(/APNs sandbox: (https:\S+)/, inOutput: true, what: "the sandbox's URL")
+        let admin = try sandbox.waitFor(/admin API:\s+(http:\S+)/, inOutput: true, what: "the admin URL")
+        let port = try #require(url.split(separator: ":").last.flatMap { Int($0) })
+        let adminPort = try #require(admin.split(separator: ":").last.flatMap { Int($0) })
+        #expect(canConnect(host, port) && canConnect(host, adminPort))
+        if hasIPv6Loopback {
+            #expect(url.hasPrefix("https://[::1]:"))
+            #expect(!canConnect("127.0.0.1", port) && !canConnect("127.0.0.1", adminPort), "::1 is IPv6 loopback only")
+        }
+
+        let nowhere = try ToolProcess(["apns-sandbox", "--host", "192.0.2.1", "--port", "0", "--admin-port", "0", "--accept-any-key", "--dir", directory])
+        #expect(try nowhere.waitForExit() == 1)
+        #expect(nowhere.standardError.contains("this machine has no such address"), "\(nowhere.standardError)")
+        let taken = try ToolProcess(
+            ["apns-sandbox", "--host", host, "--port", String(port), "--admin-port", "0", "--accept-any-key", "--dir", directory])
+        #expect(try taken.waitForExit() == 1)
+        #expect(taken.standardError.contains("the port is in use"), "\(taken.standardError)")
+    }
+}
