@@ -445,7 +445,7 @@ async function showHistory() {
     for (const entry of page.calls) {
       const row = document.createElement("tr");
       const cells = [
-        new Date(entry.created_at).toLocaleString(), entry.peers.join(", "), entry.direction, entry.outcome,
+        new Date(entry.created_at).toLocaleString(), entry.peers.join(", "), entry.direction, entry.outcome || `in progress (${entry.state})`,
         entry.duration_ms ? `${Math.round(entry.duration_ms / 1000)} s` : "—",
       ];
       for (const text of cells) {

@@ -57,7 +57,7 @@ public enum HTTPClient {
         _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_CUSTOMREQUEST, method)
         _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, headerList)
         _ = sb_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-        _ = sb_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(timeout.components.seconds * 1000))
+        _ = sb_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, timeout.curlMilliseconds)
         if method == "HEAD" { _ = sb_curl_easy_setopt_long(easy, CURLOPT_NOBODY, 1) }
         _ = sb_curl_easy_setopt_write_function(easy, { pointer, size, count, user in
             let collector = Unmanaged<Collector>.fromOpaque(user!).takeUnretainedValue()
@@ -312,8 +312,8 @@ public final class HTTP2Client: @unchecked Sendable {
             options.cleartext ? Int(CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE) : Int(CURL_HTTP_VERSION_2TLS))
         _ = sb_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
         _ = sb_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-        _ = sb_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(request.timeout.components.seconds * 1000 + request.timeout.components.attoseconds / 1_000_000_000_000_000))
-        _ = sb_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(options.connectTimeout.components.seconds * 1000))
+        _ = sb_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, request.timeout.curlMilliseconds)
+        _ = sb_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, options.connectTimeout.curlMilliseconds)
         if let caFile = options.caFile { _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_CAINFO, caFile) }
         if let certificate = options.clientCertificate {
             _ = sb_curl_easy_setopt_pointer(easy, CURLOPT_SSLCERT, certificate)
@@ -390,5 +390,15 @@ public final class HTTP2Client: @unchecked Sendable {
                 : String(cString: curl_easy_strerror(result))
             transfer.continuation.resume(throwing: HTTP2TransportError(code: Int32(result.rawValue), message: message, notSent: notSent))
         }
+    }
+}
+
+extension Duration {
+    /// The timeout libcurl should get: whole milliseconds, rounded up, never 0 (which libcurl
+    /// reads as "no timeout": a push sent with 300 µs of ringing left would wait forever).
+    var curlMilliseconds: Int {
+        let (seconds, attoseconds) = components
+        guard seconds >= 0, self > .zero else { return 1 }
+        return max(1, Int(clamping: seconds) * 1000 + Int((attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000))
     }
 }

@@ -1176,6 +1176,7 @@ public final class HTTPServer: @unchecked Sendable {
             ("accept", WSI_TOKEN_HTTP_ACCEPT),
             ("x-forwarded-for", WSI_TOKEN_X_FORWARDED_FOR),
             ("sec-websocket-protocol", WSI_TOKEN_PROTOCOL),
+            ("access-control-request-headers", WSI_TOKEN_HTTP_AC_REQUEST_HEADERS),
         ]
         for (name, token) in known {
             if let value = header(wsi, token) { headers[name] = value }

@@ -15,6 +15,7 @@ public final class ToolProcess: Sendable {
     }
 
     private let process: Process
+    private let input = Pipe()
     private let output = Locked("")
     private let errors = Locked("")
     private let done = DispatchGroup()
@@ -37,7 +38,7 @@ public final class ToolProcess: Sendable {
         let err = Pipe()
         process.standardOutput = out
         process.standardError = err
-        process.standardInput = FileHandle.nullDevice
+        process.standardInput = input
         self.process = process
         for (pipe, sink) in [(out, output), (err, errors)] {
             done.enter()
@@ -56,6 +57,15 @@ public final class ToolProcess: Sendable {
 
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
+    /// Writes `line` and a newline to its standard input (which stays open until `closeInput`).
+    public func send(_ line: String) {
+        input.fileHandleForWriting.write(Data((line + "\n").utf8))
+    }
+
+    public func closeInput() {
+        try? input.fileHandleForWriting.close()
     }
 
     public var pid: Int32 { process.processIdentifier }

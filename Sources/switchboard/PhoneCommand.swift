@@ -254,7 +254,8 @@ actor Softphone {
                 if case .array(let list)? = call["peers"] { peers = list.compactMap(\.stringValue) }
                 var duration: Int64 = 0
                 if case .int(let value)? = call["duration_ms"] { duration = value }
-                say("history: \(call["direction"]?.stringValue ?? "") with \(peers.joined(separator: ", ")): \(call["outcome"]?.stringValue ?? "") (\(duration / 1000) s)")
+                let outcome = call["outcome"]?.stringValue ?? "in progress (\(call["state"]?.stringValue ?? "live"))"
+                say("history: \(call["direction"]?.stringValue ?? "") with \(peers.joined(separator: ", ")): \(outcome) (\(duration / 1000) s)")
             }
             return true
         case "wait":

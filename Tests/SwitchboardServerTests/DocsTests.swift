@@ -77,3 +77,44 @@ import Testing
         #expect(undocumented.isEmpty, "\(undocumented.joined(separator: "\n"))")
     }
 }
+
+@Suite struct MetricsCatalogTests {
+    /// Every metric the code updates is a family with a type and a help line, listed in
+    /// docs/protocol.md; a fresh server shows every family, and its plain counters and gauges
+    /// at zero, before anything happened.
+    @Test func everyFamilyIsTypedDocumentedAndThereFromTheStart() async throws {
+        let known = Set(Metrics.families.map(\.name))
+        // The names the sources update (metrics.increment("switchboard_..."), hot counters...).
+        var used: Set<String> = []
+        for folder in ["Sources/SwitchboardServer", "Sources/SwitchboardSystem"] {
+            let root = repositoryRoot + "/" + folder
+            for case let file as String in FileManager.default.enumerator(atPath: root) ?? .init() where file.hasSuffix(".swift") {
+                let text = try String(contentsOfFile: root + "/" + file, encoding: .utf8)
+                for match in text.matches(of: /(?:increment|set|add|observe|observeRecent|HotCounter)\("(switchboard_[a-z_]+)"/) {
+                    used.insert(String(match.1))
+                }
+            }
+        }
+        #expect(!used.isEmpty)
+        #expect(used.subtracting(known).isEmpty, "updated in the code but not in Metrics.families: \(used.subtracting(known).sorted())")
+        let docs = try String(contentsOfFile: repositoryRoot + "/docs/protocol.md", encoding: .utf8)
+        for name in known { #expect(docs.contains("`\(name)`"), "docs/protocol.md's metrics table lacks \(name)") }
+
+        let server = try TestServer()
+        defer { server.stop() }
+        let text = try await HTTPClient.request("GET", server.baseURL + "/metrics").text
+        let lines = text.split(separator: "\n").map(String.init)
+        for family in Metrics.families {
+            #expect(lines.contains("# TYPE \(family.name) \(family.type)"), "\(family.name) has no TYPE line")
+            #expect(lines.contains { $0.hasPrefix("# HELP \(family.name) ") && !$0.contains("not in Metrics.families") }, "\(family.name)")
+            if ["counter", "gauge"].contains(family.type), family.seeds.count == 1, family.seeds[0].isEmpty {
+                #expect(lines.contains { $0.hasPrefix(family.name + " ") }, "\(family.name) has no series before first use")
+            }
+        }
+        #expect(!text.contains("untyped"))
+        #expect(lines.contains("switchboard_calls_total 0"))
+        #expect(lines.contains(#"switchboard_errors_total{code="internal"} 0"#))
+        #expect(lines.contains(#"switchboard_calls_ended_total{outcome="missed"} 0"#))
+        #expect(lines.contains("switchboard_store_writable 1"))
+    }
+}

@@ -134,3 +134,61 @@ import Testing
         #expect(after.status == 200)
     }
 }
+
+@Suite struct CrossOriginTests {
+    static let preflight: [(String, String)] = [
+        ("Origin", "https://app.example.com"), ("Access-Control-Request-Method", "POST"),
+        ("Access-Control-Request-Headers", "authorization, content-type"),
+    ]
+
+    @Test func anAllowedOriginGetsCorrectPreflightAnswersAndOthersDoNot() async throws {
+        let server = try TestServer { $0.corsOrigins = ["https://app.example.com"] }
+        defer { server.stop() }
+        let allowed = try await HTTPClient.request("OPTIONS", server.baseURL + "/v1/calls", headers: Self.preflight)
+        #expect(allowed.status == 204)
+        #expect(allowed.headers["access-control-allow-origin"] == "https://app.example.com")
+        #expect(allowed.headers["access-control-allow-methods"]?.contains("POST") == true)
+        #expect(allowed.headers["access-control-allow-headers"]?.contains("authorization") == true)
+        #expect(allowed.headers["access-control-max-age"] == "600")
+        #expect(allowed.headers["vary"]?.contains("Origin") == true)
+
+        var stranger = Self.preflight
+        stranger[0] = ("Origin", "https://evil.example")
+        let refused = try await HTTPClient.request("OPTIONS", server.baseURL + "/v1/calls", headers: stranger)
+        #expect(refused.status == 403)
+        #expect(refused.headers["access-control-allow-origin"] == nil)
+        var oddHeader = Self.preflight
+        oddHeader[2] = ("Access-Control-Request-Headers", "x-secret-thing")
+        #expect(try await HTTPClient.request("OPTIONS", server.baseURL + "/v1/calls", headers: oddHeader).status == 403)
+        var oddMethod = Self.preflight
+        oddMethod[1] = ("Access-Control-Request-Method", "PATCH")
+        #expect(try await HTTPClient.request("OPTIONS", server.baseURL + "/v1/calls", headers: oddMethod).status == 403)
+
+        // The request itself: the allowed origin may read the answer (errors included).
+        let bearer = ("Authorization", "Bearer " + server.token("alice"))
+        let turn = try await HTTPClient.request("GET", server.baseURL + "/v1/turn", headers: [bearer, ("Origin", "https://app.example.com")])
+        #expect(turn.status == 200)
+        #expect(turn.headers["access-control-allow-origin"] == "https://app.example.com")
+        #expect(turn.headers["access-control-expose-headers"]?.contains("retry-after") == true)
+        let unauthorized = try await HTTPClient.request("GET", server.baseURL + "/v1/turn", headers: [("Origin", "https://app.example.com")])
+        #expect(unauthorized.status == 401 && unauthorized.headers["access-control-allow-origin"] == "https://app.example.com")
+        let other = try await HTTPClient.request("GET", server.baseURL + "/v1/turn", headers: [bearer, ("Origin", "https://evil.example")])
+        #expect(other.status == 200 && other.headers["access-control-allow-origin"] == nil)
+    }
+
+    @Test func withoutCorsOriginsNoOriginIsAllowed() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let answer = try await HTTPClient.request("OPTIONS", server.baseURL + "/v1/calls", headers: Self.preflight)
+        #expect(answer.status == 403)
+        #expect(answer.headers["access-control-allow-origin"] == nil)
+        let plain = try await HTTPClient.request(
+            "GET", server.baseURL + "/healthz", headers: [("Origin", "https://app.example.com")])
+        #expect(plain.status == 200 && plain.headers["access-control-allow-origin"] == nil)
+
+        let any = try TestServer { $0.corsOrigins = ["*"] }
+        defer { any.stop() }
+        let anywhere = try await HTTPClient.request("OPTIONS", any.baseURL + "/v1/rooms", headers: Self.preflight)
+        #expect(anywhere.status == 204 && anywhere.headers["access-control-allow-origin"] == "https://app.example.com")
+    }
+}

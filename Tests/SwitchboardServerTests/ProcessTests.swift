@@ -257,6 +257,7 @@ func runTool(_ name: String, _ arguments: [String], environment: [String: String
             bobText += String(decoding: bobOutput.fileHandleForReading.availableData, as: UTF8.self)
         }
         #expect(bobText.contains("ready: bob"))
+        #expect(bob.isRunning, "the ready line came through a pipe while the phone runs: each line is flushed, not buffered")
         let (alice, aliceOutput) = try phone("alice")
         defer { if alice.isRunning { alice.terminate() } }
 

@@ -220,7 +220,8 @@ final class PushFixture: Sendable {
         defer { push.stop() }
         let store = try Store(directory: push.directory + "/store")
         defer { store.close() }
-        let service = PushService(client: push.client, store: store, logger: Logger(minimumLevel: .error))
+        let (sink, logged) = Logger.Sink.memory()
+        let service = PushService(client: push.client, store: store, logger: Logger(minimumLevel: .info, sink: sink))
         let t0 = Date(timeIntervalSince1970: 1_800_000_000)
         let stale = PushFixture.token(1)
         let fresh = PushFixture.token(2)
@@ -246,6 +247,16 @@ final class PushFixture: Sendable {
         push.sandbox.setToken(fresh, .bad)
         #expect(await service.send(push.voip(2)).failure == .badDeviceToken)
         #expect(try store.pushToken(fresh)?.isActive == false)
+
+        // Each line about a dead token says where it was sent (a sandbox/production mix-up
+        // reads as BadDeviceToken), and never the whole token.
+        let lines = logged().filter { $0.contains("msg=\"push token") }
+        #expect(lines.count == 3, "\(logged())")
+        for line in lines {
+            #expect(line.contains("environment=sandbox") && line.contains("bundle_id="), "\(line)")
+            #expect(!line.contains(stale) && !line.contains(fresh), "\(line)")
+        }
+        #expect(lines.last?.contains("reason=BadDeviceToken") == true)
     }
 
     @Test func throttlingIsRetriedWithBackoffAndStopsAtTheDeadline() async throws {
@@ -315,5 +326,32 @@ final class PushFixture: Sendable {
         _ = await push.client.send(push.voip(10))
         try await device.expectSilence()
         device.socket.close()
+    }
+}
+
+@Suite struct HTTPClientTimeoutTests {
+    /// A timeout under a second is kept (a push with 300 ms of ringing left), not rounded down
+    /// to 0, which libcurl reads as "wait forever".
+    @Test func aSubSecondTimeoutEndsTheRequest() async throws {
+        let silent = try ListeningSockets(host: "127.0.0.1", port: 0)  // accepts nothing, answers nothing
+        defer { silent.close() }
+        let url = "http://127.0.0.1:\(silent.port)/never"
+        for timeout in [Duration.milliseconds(300), .microseconds(300)] {
+            // On a thread of its own: a request that never ends must not hang the test.
+            let ended = DispatchSemaphore(value: 0)
+            let outcome = Locked("waiting")
+            Thread.detachNewThread {
+                do {
+                    _ = try HTTPClient.perform("GET", url, timeout: timeout)
+                    outcome.withLock { $0 = "answered" }
+                } catch {
+                    outcome.withLock { $0 = "failed" }
+                }
+                ended.signal()
+            }
+            let finished = ended.wait(timeout: .now() + 10 * Double(testSlowdown)) == .success
+            #expect(finished, "a request with a \(timeout) timeout still waits after 10 s")
+            #expect(outcome.withLock { $0 } == "failed", "\(timeout)")
+        }
     }
 }

@@ -23,6 +23,8 @@ public struct ServerConfiguration: Sendable {
     public var publicURL: String?
     /// Serve `POST /v1/dev/tokens`, which issues tokens without the app secret. Development only.
     public var devTokens = false
+    /// Web origins whose pages may call the REST API (CORS); `*` for any. Empty: none.
+    public var corsOrigins: [String] = []
     /// TURN and STUN servers handed to clients.
     public var turnURLs: [String] = []
     public var stunURLs: [String] = []
@@ -176,6 +178,14 @@ public struct ServerConfiguration: Sendable {
         Setting(name: "dev_tokens", summary: "Serve POST /v1/dev/tokens (tokens without the secret; development only).", isFlag: true) { config, text in
             config.devTokens = try parseBool("dev_tokens", text)
         },
+        Setting(name: "cors_origins", summary: "Comma-separated web origins whose pages may call the REST API (https://app.example.com; * for any).") {
+            config, text in
+            let origins = list(text)
+            for origin in origins where origin != "*" && !(origin.hasPrefix("https://") || origin.hasPrefix("http://")) {
+                throw InvalidSetting(name: "cors_origins", value: origin, expected: "origins like https://app.example.com, or *")
+            }
+            config.corsOrigins = origins
+        },
         Setting(name: "turn_urls", summary: "Comma-separated TURN URLs (turn:127.0.0.1:3478?transport=udp).") { config, text in
             config.turnURLs = list(text)
         },
@@ -254,7 +264,7 @@ public struct ServerConfiguration: Sendable {
             "message_burst": String(limits.messageBurst),
             "resume_grace_seconds": String(limits.resumeGraceSeconds),
             "resume_buffer_events": String(limits.resumeBufferEvents),
-            "dev_tokens": "false", "turn_urls": "none", "stun_urls": "none", "turn_secret": "none",
+            "dev_tokens": "false", "cors_origins": "none", "turn_urls": "none", "stun_urls": "none", "turn_secret": "none",
             "turn_ttl_seconds": String(defaults.turnTTLSeconds),
             "apns_url": "Apple's hosts", "apns_ca_file": "none",
             "ring_timeout_seconds": String(limits.ringTimeoutSeconds), "max_callees": String(limits.maxCallees),
@@ -310,7 +320,7 @@ public struct ServerConfiguration: Sendable {
         options.idleTimeoutSeconds = limits.idleTimeoutSeconds
         options.httpTimeoutSeconds = limits.httpTimeoutSeconds
         options.maxConnections = limits.maxConnections
-        options.extraHeaders = ["idempotency-key", "x-request-id"]
+        options.extraHeaders = ["idempotency-key", "x-request-id", "access-control-request-method"]
         return options
     }
 }

@@ -1,5 +1,6 @@
-import SwitchboardProtocol
 import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
 import Synchronization
 
 /// Counters, gauges and histograms, rendered in Prometheus' text format at `/metrics`.
@@ -66,27 +67,92 @@ public final class Metrics: Sendable {
     public let messagesOut = HotCounter("switchboard_messages_out_total")
     public let signals = HotCounter("switchboard_signals_total")
     private var hotCounters: [HotCounter] { [messagesIn, messagesOut, signals] }
-    private let help: [String: (type: String, text: String)] = [
-        "switchboard_connections": ("gauge", "Open WebSocket connections."),
-        "switchboard_connections_total": ("counter", "WebSocket connections accepted."),
-        "switchboard_connections_refused_total": ("counter", "WebSocket upgrades refused, by reason."),
-        "switchboard_disconnects_total": ("counter", "WebSocket connections closed, by reason."),
-        "switchboard_messages_in_total": ("counter", "WebSocket messages received."),
-        "switchboard_messages_out_total": ("counter", "WebSocket messages sent."),
-        "switchboard_errors_total": ("counter", "Error replies and responses, by error code."),
-        "switchboard_http_requests_total": ("counter", "HTTP requests, by route and status."),
-        "switchboard_http_request_duration_seconds": ("histogram", "Time from a complete HTTP request to its response."),
-        "switchboard_store_writes_total": ("counter", "Store write transactions, by outcome."),
-        "switchboard_store_writable": ("gauge", "1 while the storage takes writes, 0 while it is full or read-only."),
-        "switchboard_store_backlog": ("gauge", "Writes waiting in memory for the storage to take writes again."),
-        "switchboard_store_writes_dropped_total": ("counter", "Waiting writes lost because the backlog was full (store_backlog_writes)."),
-        "switchboard_call_setup_seconds": (
-            "summary",
-            "Server's share of starting a call: from the invite arriving to every push handed to the APNs connection and the call record written (quantiles over the latest 10,000 calls)."
-        ),
-    ]
+    /// Every metric family the server exposes: its type, its help line, and the label sets
+    /// that exist from the start (at zero), so that dashboards and alerts find every series
+    /// before the first event. Families whose labels are open (routes, APNs reasons) start with
+    /// their HELP and TYPE lines only.
+    public struct Family: Sendable {
+        public let name: String
+        public let type: String
+        public let help: String
+        /// Label sets present from the start; `[[]]`: the one unlabelled series.
+        public let seeds: [[(String, String)]]
+    }
 
-    public init() {}
+    public static let families: [Family] = {
+        func family(_ name: String, _ type: String, _ help: String, _ label: String? = nil, _ values: [String] = []) -> Family {
+            Family(name: name, type: type, help: help, seeds: label.map { label in values.map { [(label, $0)] } } ?? [[]])
+        }
+        let configurationAlarms: [PushFailureReason] = [
+            .deviceTokenNotForTopic, .topicDisallowed, .badCertificate, .badCertificateEnvironment, .invalidProviderToken,
+            .missingProviderToken, .forbidden, .unrelatedKeyIDInToken, .badTopic, .notConfigured,
+        ]
+        return [
+            family("switchboard_connections", "gauge", "Open WebSocket connections on /v1/ws."),
+            family("switchboard_connections_total", "counter", "WebSocket connections accepted on /v1/ws."),
+            family(
+                "switchboard_connections_refused_total", "counter", "WebSocket upgrades refused, by error code.", "reason",
+                [ErrorCode.unauthorized, .tokenExpired, .rateLimited].map(\.rawValue)),
+            family(
+                "switchboard_disconnects_total", "counter", "WebSocket connections closed, by why.", "reason",
+                ["peer", "lost", "slow_consumer", "message_too_large", "receive_rate", "server_1000", "server_1001", "server_4001"]),
+            family("switchboard_open_connections", "gauge", "TCP connections open, HTTP and WebSocket (against max_connections)."),
+            family(
+                "switchboard_connections_shed_total", "counter", "TCP connections closed as soon as accepted, by why.", "reason",
+                ConnectionRefusal.allCases.map(\.rawValue)),
+            family("switchboard_accept_pauses_total", "counter", "Times accepting paused because the process ran out of descriptors."),
+            family("switchboard_sessions", "gauge", "Sessions, attached to a connection or waiting to be resumed."),
+            family("switchboard_resumes_total", "counter", "Resume attempts, by outcome.", "outcome", ["resumed", "failed"]),
+            family("switchboard_messages_in_total", "counter", "WebSocket messages received on /v1/ws."),
+            family("switchboard_messages_out_total", "counter", "WebSocket messages sent on /v1/ws."),
+            family("switchboard_signals_total", "counter", "signal requests received (WebRTC offers, answers, candidates)."),
+            family("switchboard_errors_total", "counter", "Error replies and responses, by error code.", "code", ErrorCode.allCases.map(\.rawValue)),
+            family("switchboard_http_requests_total", "counter", "HTTP requests, by method, route and status."),
+            family("switchboard_http_request_duration_seconds", "histogram", "Time from a complete HTTP request to its response, by route."),
+            family("switchboard_rooms", "gauge", "Rooms open, calls' rooms included."),
+            family("switchboard_room_joins_total", "counter", "Room joins."),
+            family("switchboard_rooms_closed_total", "counter", "Rooms closed by their empty timeout.", "reason", ["empty"]),
+            family("switchboard_calls_total", "counter", "Calls started."),
+            family(
+                "switchboard_calls_refused_total", "counter", "Calls refused before ringing, by why.", "reason", ["storage", "blocked", "rate_limited"]),
+            family("switchboard_calls_ended_total", "counter", "Calls ended, by outcome.", "outcome", CallOutcome.allCases.map(\.rawValue)),
+            family(
+                "switchboard_call_setup_seconds", "summary",
+                "Server's share of starting a call: from the invite arriving to every push handed to the APNs connection and the call record written (quantiles over the latest 10,000 calls)."
+            ),
+            Family(
+                name: "switchboard_apns_pushes_total", type: "counter", help: "Pushes sent to APNs, by type and Apple's reason (Success when accepted).",
+                seeds: [PushType.voip, .alert].map { [("type", $0.rawValue), ("reason", "Success")] }),
+            family("switchboard_apns_request_duration_seconds", "histogram", "Time from a push handed to APNs to its answer."),
+            family(
+                "switchboard_apns_config_alarms_total", "counter", "APNs answers that mean the app's push settings are wrong, by reason.", "reason",
+                configurationAlarms.map(\.apnsReason)),
+            family("switchboard_store_writes_total", "counter", "Store write transactions, by outcome.", "outcome", ["ok", "error"]),
+            family("switchboard_store_writable", "gauge", "1 while the storage takes writes, 0 while it is full or read-only."),
+            family("switchboard_store_backlog", "gauge", "Writes waiting in memory for the storage to take writes again."),
+            family("switchboard_store_writes_dropped_total", "counter", "Waiting writes lost because the backlog was full (store_backlog_writes)."),
+        ]
+    }()
+
+    private static let byName: [String: Family] = Dictionary(uniqueKeysWithValues: families.map { ($0.name, $0) })
+
+    public init() {
+        state.withLock { state in
+            for family in Self.families {
+                for seed in family.seeds {
+                    let key = Key(name: family.name, labels: seed.flatMap { [$0.0, $0.1] })
+                    switch family.type {
+                    case "counter": state.counters[key] = 0
+                    case "gauge": state.gauges[key] = family.name == "switchboard_store_writable" ? 1 : 0
+                    case "histogram" where seed.isEmpty:
+                        state.histograms[key] = Histogram(buckets: Array(repeating: 0, count: Self.latencyBuckets.count + 1))
+                    case "summary" where seed.isEmpty: state.summaries[key] = Window()
+                    default: break
+                    }
+                }
+            }
+        }
+    }
 
     /// Adds `value` to a counter.
     public func increment(_ name: String, _ labels: KeyValuePairs<String, String> = [:], by value: Double = 1) {
@@ -176,10 +242,10 @@ public final class Metrics: Sendable {
             families[key.name, default: []].append((Self.labelText(key.labels), lines))
         }
         var output = ""
-        for name in families.keys.sorted() {
-            let (type, text) = help[name] ?? ("untyped", name)
-            output += "# HELP \(name) \(text)\n# TYPE \(name) \(type)\n"
-            for (_, lines) in families[name]!.sorted(by: { $0.0 < $1.0 }) {
+        for name in Set(families.keys).union(Self.byName.keys).sorted() {
+            let family = Self.byName[name]
+            output += "# HELP \(name) \(family?.help ?? "(not in Metrics.families)")\n# TYPE \(name) \(family?.type ?? "untyped")\n"
+            for (_, lines) in (families[name] ?? []).sorted(by: { $0.0 < $1.0 }) {
                 for line in lines { output += line + "\n" }
             }
         }

@@ -28,11 +28,17 @@ public final class PushService: Sendable {
             do {
                 let disabled = try store.disablePushToken(
                     notification.deviceToken, reason: failure.apnsReason, invalidSince: since, at: clock())
+                // The environment and bundle id tell a sandbox/production mix-up (BadDeviceToken
+                // for a development build's token sent to production) from a dead token.
                 logger.info(
                     disabled ? "push token disabled" : "push token kept: registered again after APNs invalidated it",
-                    ["token": Redact.token(notification.deviceToken), "reason": failure.apnsReason])
+                    ["token": Redact.token(notification.deviceToken), "reason": failure.apnsReason,
+                     "environment": client.configuration.environment.rawValue, "bundle_id": notification.topic, "type": notification.type.rawValue])
             } catch {
-                logger.error("cannot record a dead push token", ["token": Redact.token(notification.deviceToken), "error": "\(error)"])
+                logger.error(
+                    "cannot record a dead push token",
+                    ["token": Redact.token(notification.deviceToken), "environment": client.configuration.environment.rawValue,
+                     "bundle_id": notification.topic, "error": "\(error)"])
             }
         }
         return result

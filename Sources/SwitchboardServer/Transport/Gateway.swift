@@ -28,6 +28,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     private var echoConnections: Set<ConnectionID> = []
     private(set) var draining = false
     private let staticFiles: StaticFiles
+    private let crossOrigin: CrossOriginPolicy
     private let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.withoutEscapingSlashes]
@@ -44,6 +45,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             maxTokenBytes: configuration.limits.maxTokenBytes,
             leewaySeconds: Int64(configuration.limits.tokenLeewaySeconds))
         staticFiles = StaticFiles(root: configuration.webRoot)
+        crossOrigin = CrossOriginPolicy(origins: configuration.corsOrigins)
         hub = Hub(configuration: configuration, store: store, metrics: metrics, logger: logger)
     }
 
@@ -56,7 +58,18 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
 
     func handle(_ request: HTTPRequest, on connection: ConnectionID) {
         let started = DispatchTime.now().uptimeNanoseconds
-        let (route, response) = route(request)
+        var (route, response): (String, HTTPResponse)
+        if CrossOriginPolicy.isPreflight(request) {
+            route = "preflight"
+            if let headers = crossOrigin.preflight(request) {
+                response = HTTPResponse(status: 204, headers: headers)
+            } else {
+                response = failure(403, ErrorBody(.forbidden, "this origin, method or header is not allowed (cors_origins)"))
+            }
+        } else {
+            (route, response) = self.route(request)
+            response.headers += crossOrigin.responseHeaders(origin: request.headers["origin"])
+        }
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
         metrics.observe("switchboard_http_request_duration_seconds", ["route": route], seconds: seconds)
         metrics.increment(
