@@ -460,7 +460,9 @@ Ratio to the reference: **{ours['connects_per_second'] / ref['connects_per_secon
 no growth in open files or memory after the load. The first minute's memory growth is the
 allocator keeping freed pages for reuse; the second minute reuses them. Every connect here is
 a new identity, so memory also holds the `connects_per_identity_per_minute` map of the
-identities seen in the last few seconds (pruned every 5 s; about 10 MiB at this rate).
+identities seen in the last few seconds (pruned every 5 s; about 10 MiB at this rate). The
+server's open files at rest include its listening socket, a spare descriptor kept for shedding
+connections when descriptors run out, and the lock on its data directory.
 """
 print(section)
 PY

@@ -39,7 +39,7 @@ public final class SwitchboardServer: Sendable {
         let directory = configuration.dataDirectory
         try Files.createDirectory(directory)
         let lock: DirectoryLock
-        let since = ISO8601DateFormatter().string(from: Date())
+        let since = Logger.timestamp()
         do {
             lock = try DirectoryLock(
                 directory: directory, infoFile: (directory as NSString).appendingPathComponent("switchboard.lock"),

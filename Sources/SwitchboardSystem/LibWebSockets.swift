@@ -821,10 +821,16 @@ public final class HTTPServer: @unchecked Sendable {
 
     // MARK: Accepting
 
-    /// What a connection refused at accept reads before it is closed.
-    private static let refusal = Array(
-        ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n"
-            + "Content-Length: 78\r\n\r\n{\"error\":{\"code\":\"unavailable\",\"message\":\"too many connections; retry later\"}}").utf8)
+    /// What a connection refused at accept reads before it is closed: a whole `503` response.
+    private static func refusal(_ message: String) -> [UInt8] {
+        let body = #"{"error":{"code":"unavailable","message":"\#(message)"}}"#
+        return Array(
+            ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n"
+                + "Content-Length: \(body.utf8.count)\r\n\r\n" + body).utf8)
+    }
+    private static let refusals: [ConnectionRefusal: [UInt8]] = [
+        .maxConnections: refusal("too many connections; retry later"), .shuttingDown: refusal("server is shutting down"),
+    ]
 
     /// A listening socket is readable: accepts what waits (a bounded batch, so other I/O gets
     /// its turn) and hands each connection to libwebsockets, or refuses it at once. Out of
@@ -839,7 +845,7 @@ public final class HTTPServer: @unchecked Sendable {
                 let refusal: ConnectionRefusal? =
                     handler?.shouldAcceptConnection() == false ? .shuttingDown : accepted.count >= maxConnections ? .maxConnections : nil
                 if let refusal {
-                    _ = Self.refusal.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+                    _ = Self.refusals[refusal]?.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
                     Glibc.close(fd)
                     handler?.connectionsRefused(1, reason: refusal)
                     if refusal == .maxConnections {
@@ -848,7 +854,7 @@ public final class HTTPServer: @unchecked Sendable {
                     continue
                 }
                 var yes: Int32 = 1
-                setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
+                setsockopt(fd, SOL_TCP, TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
                 // On failure libwebsockets closes the descriptor itself.
                 guard let wsi = lws_adopt_socket_vhost(vhost, fd) else { continue }
                 accepted.insert(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi))))

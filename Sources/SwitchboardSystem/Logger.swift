@@ -127,7 +127,9 @@ public struct Logger: Sendable {
         return escaped + "\""
     }
 
-    static func timestamp() -> String {
+    /// Now, as the logs write it (`2026-11-30T21:51:40.123Z`), without Foundation's date
+    /// formatters (they load ICU's data: about 6 MB of memory).
+    public static func timestamp() -> String {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         var seconds = now.tv_sec

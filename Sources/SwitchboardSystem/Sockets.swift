@@ -165,7 +165,6 @@ public final class ListeningSockets: @unchecked Sendable {
         }
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_protocol = Int32(IPPROTO_TCP)
         var list: UnsafeMutablePointer<addrinfo>?
         let status = getaddrinfo(name, nil, &hints, &list)
         guard status == 0, let list else {
@@ -257,7 +256,7 @@ public final class ListeningSockets: @unchecked Sendable {
             if family == AF_INET6 {
                 // `::` means every address, IPv4 included; any other IPv6 address only itself.
                 var only: Int32 = candidate.ip == "::" ? 0 : 1
-                setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &only, socklen_t(MemoryLayout<Int32>.size))
+                setsockopt(fd, SOL_IPV6, IPV6_V6ONLY, &only, socklen_t(MemoryLayout<Int32>.size))
             }
             let bound = withUnsafePointer(to: &candidate.storage) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, candidate.length) }
