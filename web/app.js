@@ -161,6 +161,8 @@ function handleMessage(message) {
     case "call.declined":
     case "call.declined_elsewhere":
     case "call.busy":
+    case "call.unavailable":
+    case "call.held":
     case "call.cancelled":
     case "call.missed":
     case "call.ended":
@@ -343,6 +345,8 @@ async function handleCallEvent(type, data) {
     $("ring-title").textContent = `${data.caller.name || data.caller.identity} is calling`;
     $("ring-detail").textContent = data.video ? "video call" : "audio call";
     $("ring-panel").hidden = false;
+    // The ring screen is up: the server's trace shows it (ringing_shown).
+    request("call.ack", { call_id: data.call_id }).catch((error) => log(`ack failed: ${error.message}`));
     return;
   }
   if (!current || current.id !== data.call_id) return;
@@ -364,6 +368,12 @@ async function handleCallEvent(type, data) {
       break;
     case "call.busy":
       endCallUI(`${data.callee} is busy`);
+      break;
+    case "call.unavailable":
+      endCallUI(`${data.callee} is unavailable`);
+      break;
+    case "call.held":
+      setStatus($("call-status"), data.on_hold ? `${data.by} put the call on hold` : `in a call with ${current.peer}`, data.on_hold ? "" : "ok");
       break;
     case "call.declined":
       break;

@@ -111,17 +111,21 @@ public struct CallCreateRequest: Sendable, Codable, Equatable {
 /// `call.answer`, `call.decline`, `call.cancel`, `call.end`, `call.ack` request data.
 public struct CallActionRequest: Sendable, Codable, Equatable {
     public var callID: String
-    /// For `call.end`: why (free text, e.g. "hangup").
+    /// For `call.end`: why (free text, e.g. "hangup"). For `call.decline`: `filtered` when the
+    /// phone did not show the call (with `filter` saying why), else a user's decline.
     public var reason: String?
+    /// With `reason: "filtered"`: what filtered it.
+    public var filter: CallFilter?
 
-    public init(callID: String, reason: String? = nil) {
+    public init(callID: String, reason: String? = nil, filter: CallFilter? = nil) {
         self.callID = callID
         self.reason = reason
+        self.filter = filter
     }
 
     enum CodingKeys: String, CodingKey {
         case callID = "call_id"
-        case reason
+        case reason, filter
     }
 }
 
@@ -162,4 +166,138 @@ public struct DeviceRegistration: Sendable, Codable, Equatable {
         case callKitEnabled = "callkit_enabled"
         case appVersion = "app_version"
     }
+}
+
+/// A call event from the server (`call.*`), typed: the server builds them, the SDK reads them.
+/// See docs/calls.md, "Requests and events".
+public enum CallEvent: Sendable, Equatable {
+    /// A call rings for this user: the invite (the VoIP payload without `UUID`/`handle`/`hasVideo`).
+    case incoming(callID: String, invite: JSONValue)
+    /// A callee device was reached (once per call, to the caller).
+    case ringing(callID: String, callee: String)
+    case accepted(callID: String, by: String)
+    /// Another device of this user answered (`device`: which, nil over REST without one).
+    case answeredElsewhere(callID: String, device: String?)
+    case declined(callID: String, by: String)
+    case declinedElsewhere(callID: String, device: String?)
+    case busy(callID: String, callee: String)
+    /// Every device of `callee` that rang filtered the call (Do Not Disturb, Focus, block list).
+    case unavailable(callID: String, callee: String)
+    case cancelled(callID: String)
+    /// This user did not answer: `timeout`, or `ended` (a group call ended while it rang).
+    case missed(callID: String, reason: String)
+    case ended(callID: String, outcome: CallOutcome, by: String?, reason: String)
+    /// A participant put the call on hold, or took it off.
+    case held(callID: String, by: String, onHold: Bool)
+
+    /// The event types, as on the wire.
+    public enum Kind: String, Sendable, CaseIterable {
+        case incoming = "call.incoming", ringing = "call.ringing", accepted = "call.accepted"
+        case answeredElsewhere = "call.answered_elsewhere", declined = "call.declined"
+        case declinedElsewhere = "call.declined_elsewhere", busy = "call.busy", unavailable = "call.unavailable"
+        case cancelled = "call.cancelled", missed = "call.missed", ended = "call.ended", held = "call.held"
+    }
+
+    public var kind: Kind {
+        switch self {
+        case .incoming: .incoming
+        case .ringing: .ringing
+        case .accepted: .accepted
+        case .answeredElsewhere: .answeredElsewhere
+        case .declined: .declined
+        case .declinedElsewhere: .declinedElsewhere
+        case .busy: .busy
+        case .unavailable: .unavailable
+        case .cancelled: .cancelled
+        case .missed: .missed
+        case .ended: .ended
+        case .held: .held
+        }
+    }
+
+    /// The message `type`.
+    public var type: String { kind.rawValue }
+
+    public var callID: String {
+        switch self {
+        case .incoming(let id, _), .ringing(let id, _), .accepted(let id, _), .answeredElsewhere(let id, _), .declined(let id, _),
+            .declinedElsewhere(let id, _), .busy(let id, _), .unavailable(let id, _), .cancelled(let id), .missed(let id, _),
+            .ended(let id, _, _, _), .held(let id, _, _):
+            id
+        }
+    }
+
+    /// The message `data`.
+    public var data: JSONValue {
+        var fields: [String: JSONValue] = ["call_id": .string(callID)]
+        switch self {
+        case .incoming(_, let invite):
+            if case .object(let invite) = invite { fields.merge(invite) { _, new in new } }
+        case .ringing(_, let callee), .busy(_, let callee), .unavailable(_, let callee): fields["callee"] = .string(callee)
+        case .accepted(_, let by), .declined(_, let by): fields["by"] = .string(by)
+        case .answeredElsewhere(_, let device), .declinedElsewhere(_, let device): fields["device"] = device.map(JSONValue.string) ?? .null
+        case .cancelled: fields["reason"] = "cancelled"
+        case .missed(_, let reason): fields["reason"] = .string(reason)
+        case .ended(_, let outcome, let by, let reason):
+            fields["outcome"] = .string(outcome.rawValue)
+            fields["by"] = by.map(JSONValue.string) ?? .null
+            fields["reason"] = .string(reason)
+        case .held(_, let by, let onHold):
+            fields["by"] = .string(by)
+            fields["on_hold"] = .bool(onHold)
+        }
+        return .object(fields)
+    }
+
+    /// Reads a server event; nil for a type that is not a call event or data that does not fit.
+    public init?(type: String, data: JSONValue) {
+        guard let kind = Kind(rawValue: type), let callID = data["call_id"]?.stringValue else { return nil }
+        let by = data["by"]?.stringValue
+        let callee = data["callee"]?.stringValue
+        switch kind {
+        case .incoming: self = .incoming(callID: callID, invite: data)
+        case .ringing: guard let callee else { return nil }; self = .ringing(callID: callID, callee: callee)
+        case .accepted: guard let by else { return nil }; self = .accepted(callID: callID, by: by)
+        case .answeredElsewhere: self = .answeredElsewhere(callID: callID, device: data["device"]?.stringValue)
+        case .declined: guard let by else { return nil }; self = .declined(callID: callID, by: by)
+        case .declinedElsewhere: self = .declinedElsewhere(callID: callID, device: data["device"]?.stringValue)
+        case .busy: guard let callee else { return nil }; self = .busy(callID: callID, callee: callee)
+        case .unavailable: guard let callee else { return nil }; self = .unavailable(callID: callID, callee: callee)
+        case .cancelled: self = .cancelled(callID: callID)
+        case .missed: self = .missed(callID: callID, reason: data["reason"]?.stringValue ?? "timeout")
+        case .ended:
+            guard let outcome = data["outcome"]?.stringValue.flatMap(CallOutcome.init(rawValue:)) else { return nil }
+            self = .ended(callID: callID, outcome: outcome, by: by, reason: data["reason"]?.stringValue ?? "")
+        case .held:
+            guard let by, case .bool(let onHold)? = data["on_hold"] else { return nil }
+            self = .held(callID: callID, by: by, onHold: onHold)
+        }
+    }
+}
+
+/// `call.hold` request data.
+public struct CallHoldRequest: Sendable, Codable, Equatable {
+    public var callID: String
+    public var onHold: Bool
+
+    public init(callID: String, onHold: Bool) {
+        self.callID = callID
+        self.onHold = onHold
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case callID = "call_id"
+        case onHold = "on_hold"
+    }
+}
+
+/// Why a device did not ring for a call it was sent (`call.decline` with reason `filtered`).
+public enum CallFilter: String, Sendable, Codable, CaseIterable {
+    case doNotDisturb = "do_not_disturb"
+    case blockList = "block_list"
+    /// The phone's restricted-sharing, protected-call or sensitive-participant rules.
+    case restricted
+    /// The app may not show calls (no CallKit entitlement).
+    case unentitled
+    case unknown
 }

@@ -56,4 +56,6 @@ public enum MessageType {
     public static let callEnd = "call.end"
     /// The device shows the ringing call (CallKit reported it): goes in the trace.
     public static let callAck = "call.ack"
+    /// A participant puts the call on hold or takes it off (`on_hold`).
+    public static let callHold = "call.hold"
 }

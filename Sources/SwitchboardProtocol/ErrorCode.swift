@@ -39,11 +39,31 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
 public struct ErrorBody: Sendable, Codable, Equatable, Error {
     public var code: ErrorCode
     public var message: String
+    /// A stable sub-code where a code alone does not say enough (a refused call action says why:
+    /// `CallRefusal`). Clients switch on `code`, then on `reason`; never on `message`.
+    public var reason: String?
 
-    public init(_ code: ErrorCode, _ message: String) {
+    public init(_ code: ErrorCode, _ message: String, reason: String? = nil) {
         self.code = code
         self.message = message
+        self.reason = reason
     }
+}
+
+/// Why a call action was refused (`error.reason` beside `conflict`, `forbidden` or `not_found`).
+public enum CallRefusal: String, Sendable, Codable, CaseIterable {
+    /// Another device of this user answered first.
+    case answeredElsewhere = "answered_elsewhere"
+    /// The call is over.
+    case callEnded = "call_ended"
+    /// The call no longer rings for this user (declined, missed, or answered by them already).
+    case notRinging = "not_ringing"
+    /// Only a ringing call can be cancelled; an answered one is ended.
+    case notCancellable = "not_cancellable"
+    /// The user takes no part in the call.
+    case notParticipant = "not_participant"
+    /// No such call.
+    case unknownCall = "unknown_call"
 }
 
 /// The REST error envelope: `{"error": {"code": "...", "message": "..."}}`.

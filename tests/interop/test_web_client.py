@@ -123,5 +123,11 @@ def test_one_browser_calls_another_which_answers_and_both_see_the_history(browse
         print(f"history: {cells}")
         assert cells[1] == "ben" and cells[2] == "outgoing" and cells[3] == "completed"
         ann.save_screenshot(os.path.join(ARTIFACTS, "web-client-history.png"))
+
+        # Ben's ring screen told the server it was up (call.ack): the trace shows it.
+        token = server.request("POST", "/v1/dev/tokens", {"identity": "ann"})["token"]
+        call_id = server.request("GET", "/v1/calls?limit=1", token=token)["calls"][0]["call_id"]
+        trace = server.request("GET", f"/v1/calls/{call_id}/trace", token=token)["trace"]
+        assert any(e["user"] == "ben" and e["channel"] == "device" and e["event"] == "ringing_shown" for e in trace), trace
     finally:
         server.stop()

@@ -4,17 +4,26 @@ import SwitchboardProtocol
 enum CallError: Error, Equatable {
     case notFound
     case notParticipant
-    /// The call is past the point where this makes sense (answered, ended...).
-    case invalidState(String)
+    /// The call is over.
+    case ended
+    /// It no longer rings for this user (declined, missed...).
+    case notRinging
+    /// Only a ringing call can be cancelled.
+    case notCancellable
     /// Another device of this user answered first.
     case alreadyAnswered
 
     var body: ErrorBody {
         switch self {
-        case .notFound: ErrorBody(.notFound, "no such call")
-        case .notParticipant: ErrorBody(.forbidden, "you are not a participant of this call")
-        case .invalidState(let detail): ErrorBody(.conflict, detail)
-        case .alreadyAnswered: ErrorBody(.conflict, "the call was already answered on another device")
+        case .notFound: ErrorBody(.notFound, "no such call", reason: CallRefusal.unknownCall.rawValue)
+        case .notParticipant:
+            ErrorBody(.forbidden, "you are not a participant of this call", reason: CallRefusal.notParticipant.rawValue)
+        case .ended: ErrorBody(.conflict, "the call has already ended", reason: CallRefusal.callEnded.rawValue)
+        case .notRinging: ErrorBody(.conflict, "the call is no longer ringing for you", reason: CallRefusal.notRinging.rawValue)
+        case .notCancellable:
+            ErrorBody(.conflict, "only a ringing call can be cancelled; end it instead", reason: CallRefusal.notCancellable.rawValue)
+        case .alreadyAnswered:
+            ErrorBody(.conflict, "the call was already answered on another device", reason: CallRefusal.answeredElsewhere.rawValue)
         }
     }
 }
@@ -30,7 +39,8 @@ struct CallState: Equatable {
 
     /// Where one callee stands.
     enum CalleeStatus: String, Equatable {
-        case ringing, accepted, declined, missed, busy, unreachable
+        /// `unavailable`: every device that rang filtered the call (Do Not Disturb, block list).
+        case ringing, accepted, declined, missed, busy, unreachable, unavailable
     }
 
     /// A device of a participant: a registered device id, or `session:<peer id>` for a
@@ -39,8 +49,8 @@ struct CallState: Equatable {
 
     /// What the owner of the call must do.
     enum Effect: Equatable {
-        /// Send `type` with `data` to every device of `identity` (except one).
-        case notify(identity: String, type: String, data: JSONValue, except: DeviceKey?)
+        /// Send `event` to every device of `identity` (except one).
+        case notify(identity: String, event: CallEvent, except: DeviceKey?)
         case cancelRingTimer
         /// A missed-call notice as an alert push to the callee's regular token (never VoIP).
         case missedCallAlert(identity: String)
@@ -60,6 +70,12 @@ struct CallState: Equatable {
     /// Which device of each accepting callee answered (none when it answered over REST without
     /// naming one: its first device to join the call's room takes the call).
     private(set) var answeredOn: [String: DeviceKey] = [:]
+    /// The devices of each callee the call was sent to (connections and pushes), and those
+    /// that filtered it: a callee whose every device filtered it is unavailable.
+    private(set) var rungDevices: [String: Set<DeviceKey>] = [:]
+    private(set) var filteredDevices: [String: Set<DeviceKey>] = [:]
+    /// The participants who put the call on hold.
+    private(set) var onHold: Set<String> = []
     private(set) var callerToldRinging = false
     let createdAt: ContinuousClock.Instant
     let ringExpiresAt: ContinuousClock.Instant
@@ -99,17 +115,11 @@ struct CallState: Equatable {
     /// The callees still ringing.
     var ringingCallees: [String] { callees.filter { status[$0] == .ringing } }
 
-    private var base: [String: JSONValue] { ["call_id": .string(id)] }
-
-    private func data(_ extra: [String: JSONValue]) -> JSONValue {
-        .object(base.merging(extra) { _, new in new })
-    }
-
     /// Right after creation: ends a call nobody can take (everyone busy or unreachable).
     mutating func start(nowMillis: Int64) -> [Effect] {
         var effects: [Effect] = []
         for callee in callees where status[callee] == .busy {
-            effects.append(.notify(identity: caller, type: "call.busy", data: data(["callee": .string(callee)]), except: nil))
+            effects.append(.notify(identity: caller, event: .busy(callID: id, callee: callee), except: nil))
         }
         guard ringingCallees.isEmpty else { return effects }
         let allBusy = callees.allSatisfy { status[$0] == .busy }
@@ -121,7 +131,7 @@ struct CallState: Equatable {
     mutating func reached(callee: String) -> [Effect] {
         guard isRinging || phase == .accepted, status[callee] == .ringing, !callerToldRinging else { return [] }
         callerToldRinging = true
-        return [.notify(identity: caller, type: "call.ringing", data: data(["callee": .string(callee)]), except: nil)]
+        return [.notify(identity: caller, event: .ringing(callID: id, callee: callee), except: nil)]
     }
 
     /// The first answer wins; a second answer from the same user's other device is refused.
@@ -131,7 +141,8 @@ struct CallState: Equatable {
             if answeredOn[callee] == device { return [] }  // the same device asking again
             throw .alreadyAnswered
         }
-        guard current == .ringing, !isEnded else { throw .invalidState("the call is no longer ringing for you") }
+        guard !isEnded else { throw .ended }
+        guard current == .ringing else { throw .notRinging }
         status[callee] = .accepted
         if let device { answeredOn[callee] = device }
         var effects: [Effect] = []
@@ -139,13 +150,12 @@ struct CallState: Equatable {
             phase = .accepted
             answeredAtMillis = nowMillis
         }
-        let accepted = data(["by": .string(callee)])
-        effects.append(.notify(identity: caller, type: "call.accepted", data: accepted, except: nil))
+        let accepted = CallEvent.accepted(callID: id, by: callee)
+        effects.append(.notify(identity: caller, event: accepted, except: nil))
         for other in callees where other != callee && status[other] == .accepted {
-            effects.append(.notify(identity: other, type: "call.accepted", data: accepted, except: nil))
+            effects.append(.notify(identity: other, event: accepted, except: nil))
         }
-        effects.append(
-            .notify(identity: callee, type: "call.answered_elsewhere", data: data(["device": device.map(JSONValue.string) ?? .null]), except: device))
+        effects.append(.notify(identity: callee, event: .answeredElsewhere(callID: id, device: device), except: device))
         if ringingCallees.isEmpty { effects.append(.cancelRingTimer) }
         return effects
     }
@@ -153,28 +163,68 @@ struct CallState: Equatable {
     /// A decline ends a 1:1 call; in a group it stops only that callee's ringing.
     mutating func decline(by callee: String, device: DeviceKey?, nowMillis: Int64) throws(CallError) -> [Effect] {
         guard let current = status[callee] else { throw .notParticipant }
-        guard current == .ringing, !isEnded else { throw .invalidState("the call is no longer ringing for you") }
+        guard !isEnded else { throw .ended }
+        guard current == .ringing else { throw .notRinging }
         status[callee] = .declined
-        var effects: [Effect] = [
-            .notify(identity: callee, type: "call.declined_elsewhere", data: data(["device": device.map(JSONValue.string) ?? .null]), except: device),
-            .notify(identity: caller, type: "call.declined", data: data(["by": .string(callee)]), except: nil),
+        let effects: [Effect] = [
+            .notify(identity: callee, event: .declinedElsewhere(callID: id, device: device), except: device),
+            .notify(identity: caller, event: .declined(callID: id, by: callee), except: nil),
         ]
-        if ringingCallees.isEmpty && phase == .ringing {
-            effects += finish(.declined, by: callee, reason: "declined", nowMillis: nowMillis)
-        } else if ringingCallees.isEmpty {
-            effects.append(.cancelRingTimer)
+        return effects + afterCalleeStopped(nowMillis: nowMillis, ifNoneRinging: .declined, by: callee, reason: "declined")
+    }
+
+    /// The call went to `devices` of `callee` (its connections, its phones by push).
+    mutating func rang(_ callee: String, devices: Set<DeviceKey>) {
+        guard status[callee] == .ringing else { return }
+        rungDevices[callee, default: []].formUnion(devices)
+    }
+
+    /// A device of `callee` did not show the call (Do Not Disturb, Focus, block list) or could not
+    /// be reached (APNs refused its token). Once every device it went to is out, the callee is
+    /// unavailable and the caller hears it at once, not after the ring timeout.
+    mutating func deviceOut(_ callee: String, device: DeviceKey, nowMillis: Int64) throws(CallError) -> [Effect] {
+        guard let current = status[callee] else { throw .notParticipant }
+        guard !isEnded else { throw .ended }
+        guard current == .ringing else { return [] }
+        filteredDevices[callee, default: []].insert(device)
+        guard let rung = rungDevices[callee], rung.isSubset(of: filteredDevices[callee] ?? []) else { return [] }
+        status[callee] = .unavailable
+        let effects: [Effect] = [.notify(identity: caller, event: .unavailable(callID: id, callee: callee), except: nil)]
+        return effects + afterCalleeStopped(nowMillis: nowMillis, ifNoneRinging: .missed, by: nil, reason: "unavailable")
+    }
+
+    /// A callee stopped ringing: a call nobody answered ends once nobody rings (declined if
+    /// anyone declined, else `outcome`); an answered one only loses its ring timer.
+    private mutating func afterCalleeStopped(nowMillis: Int64, ifNoneRinging outcome: CallOutcome, by: String?, reason: String) -> [Effect] {
+        guard ringingCallees.isEmpty else { return [] }
+        guard phase == .ringing else { return [.cancelRingTimer] }
+        let anyDeclined = callees.contains { status[$0] == .declined }
+        return finish(anyDeclined ? .declined : outcome, by: anyDeclined ? by ?? callees.first { status[$0] == .declined } : by,
+            reason: anyDeclined ? "declined" : reason, nowMillis: nowMillis)
+    }
+
+    /// A participant puts the call on hold (or takes it off): the others hear it.
+    mutating func hold(by identity: String, onHold held: Bool) throws(CallError) -> [Effect] {
+        guard identity == caller || status[identity] != nil else { throw .notParticipant }
+        guard !isEnded else { throw .ended }
+        guard phase == .accepted, identity == caller || status[identity] == .accepted else { throw .notRinging }
+        guard held != onHold.contains(identity) else { return [] }
+        if held { onHold.insert(identity) } else { onHold.remove(identity) }
+        let event = CallEvent.held(callID: id, by: identity, onHold: held)
+        return ([caller] + callees).filter { $0 != identity && ($0 == caller || status[$0] == .accepted) }.map {
+            .notify(identity: $0, event: event, except: nil)
         }
-        return effects
     }
 
     /// The caller hangs up while it rings: every ringing callee is told, and gets a missed-call notice.
     mutating func cancel(by identity: String, nowMillis: Int64) throws(CallError) -> [Effect] {
         guard identity == caller else { throw .notParticipant }
-        guard phase == .ringing else { throw .invalidState("only a ringing call can be cancelled; end it instead") }
+        guard !isEnded else { throw .ended }
+        guard phase == .ringing else { throw .notCancellable }
         var effects: [Effect] = []
         for callee in ringingCallees {
             status[callee] = .missed
-            effects.append(.notify(identity: callee, type: "call.cancelled", data: data(["reason": "cancelled"]), except: nil))
+            effects.append(.notify(identity: callee, event: .cancelled(callID: id), except: nil))
             effects.append(.missedCallAlert(identity: callee))
         }
         return effects + finish(.cancelled, by: identity, reason: "cancelled", nowMillis: nowMillis)
@@ -186,7 +236,7 @@ struct CallState: Equatable {
         var effects: [Effect] = []
         for callee in ringingCallees {
             status[callee] = .missed
-            effects.append(.notify(identity: callee, type: "call.missed", data: data(["reason": "timeout"]), except: nil))
+            effects.append(.notify(identity: callee, event: .missed(callID: id, reason: "timeout"), except: nil))
             effects.append(.missedCallAlert(identity: callee))
         }
         if phase == .ringing {
@@ -200,7 +250,7 @@ struct CallState: Equatable {
     /// callee's a decline.
     mutating func end(by identity: String, device: DeviceKey?, reason: String?, nowMillis: Int64) throws(CallError) -> [Effect] {
         guard identity == caller || status[identity] != nil else { throw .notParticipant }
-        guard !isEnded else { throw .invalidState("the call has already ended") }
+        guard !isEnded else { throw .ended }
         if phase == .ringing {
             if identity == caller { return try cancel(by: identity, nowMillis: nowMillis) }
             return try decline(by: identity, device: device, nowMillis: nowMillis)
@@ -212,7 +262,7 @@ struct CallState: Equatable {
         var effects: [Effect] = []
         for callee in ringingCallees {
             status[callee] = .missed
-            effects.append(.notify(identity: callee, type: "call.missed", data: data(["reason": "ended"]), except: nil))
+            effects.append(.notify(identity: callee, event: .missed(callID: id, reason: "ended"), except: nil))
             effects.append(.missedCallAlert(identity: callee))
         }
         return effects + finish(.completed, by: identity, reason: reason ?? "hangup", nowMillis: nowMillis)
@@ -245,12 +295,11 @@ struct CallState: Equatable {
         endedAtMillis = nowMillis
         endedBy = by
         endReason = reason
-        let ended = data([
-            "outcome": .string(outcome.rawValue), "by": by.map(JSONValue.string) ?? .null, "reason": .string(reason),
-        ])
+        onHold = []
+        let ended = CallEvent.ended(callID: id, outcome: outcome, by: by, reason: reason)
         var effects: [Effect] = [.cancelRingTimer]
         for identity in [caller] + callees {
-            effects.append(.notify(identity: identity, type: "call.ended", data: ended, except: nil))
+            effects.append(.notify(identity: identity, event: ended, except: nil))
         }
         effects.append(.finished)
         return effects
@@ -279,7 +328,7 @@ struct CallState: Equatable {
         case .declined: return .declined
         case .busy: return .busy
         case .missed, .ringing: return ended == .failed ? .failed : .missed
-        case .unreachable, nil: return ended == .failed ? .failed : .missed
+        case .unreachable, .unavailable, nil: return ended == .failed ? .failed : .missed
         }
     }
 
@@ -300,7 +349,7 @@ struct CallState: Equatable {
             "caller": .string(caller), "callees": .array(callees), "created_at": .int(createdAtMillis),
             "ring_expires_at": .int(ringExpiresAtMillis), "answered_at": answeredAtMillis.map(JSONValue.int) ?? .null,
             "ended_at": endedAtMillis.map(JSONValue.int) ?? .null, "ended_by": endedBy.map(JSONValue.string) ?? .null,
-            "end_reason": endReason.map(JSONValue.string) ?? .null,
+            "end_reason": endReason.map(JSONValue.string) ?? .null, "on_hold": .array(onHold.sorted().map(JSONValue.string)),
         ]
     }
 }

@@ -232,8 +232,11 @@ extension Hub {
         let state = call.state
         let invite = invitation(call)
         let nowMillis = Self.wallMillis()
-        for session in sessionsByUser[Self.userKey(state.appID, callee)] ?? [] {
-            sendEvent("call.incoming", .object(invite), to: session)
+        let sessions = sessionsByUser[Self.userKey(state.appID, callee)] ?? []
+        let pushed = devices.filter { $0.platform == "ios" && (($0.callKitEnabled && $0.voipToken != nil) || $0.apnsToken != nil) }
+        call.state.rang(callee, devices: Set(sessions.map(\.deviceKey) + pushed.map(\.deviceID)))
+        for session in sessions {
+            sendEvent(CallEvent.Kind.incoming.rawValue, .object(invite), to: session)
             store.trace(
                 callID: state.id, user: callee, device: session.deviceKey, channel: "websocket",
                 event: session.connection == nil ? "queued_for_resume" : "delivered", atMillis: nowMillis)
@@ -306,6 +309,8 @@ extension Hub {
         _ = task
     }
 
+    /// What APNs said of a push: traced; an accepted invite has reached a device; one APNs
+    /// refused (a dead token, a wrong topic) cannot ring that device.
     private func pushAnswered(_ result: PushResult, callID: String, callee: String, device: String, channel: String) {
         store.trace(
             callID: callID, user: callee, device: device, channel: channel, event: result.accepted ? "apns_accepted" : "apns_refused",
@@ -314,8 +319,11 @@ extension Hub {
                 "apns_status": .int(Int64(result.status)), "apns_id": .string(result.apnsID),
                 "reason": result.failure.map { .string($0.apnsReason) } ?? .null, "attempts": .int(Int64(result.attempts)),
             ])
-        if result.accepted, channel != "missed_call_push", let call = calls[callID] {
+        guard channel != "missed_call_push", let call = calls[callID] else { return }
+        if result.accepted {
             perform(call, call.state.reached(callee: callee))
+        } else if result.status >= 400, let effects = try? call.state.deviceOut(callee, device: device, nowMillis: Self.wallMillis()) {
+            perform(call, effects)
         }
     }
 
@@ -326,7 +334,8 @@ extension Hub {
     /// A device that comes online gets the calls ringing for its user.
     func offerRingingCalls(to session: Session) {
         for call in calls.values where call.state.appID == session.app.id && call.state.ringingCallees.contains(session.identity) {
-            sendEvent("call.incoming", .object(invitation(call)), to: session)
+            call.state.rang(session.identity, devices: [session.deviceKey])
+            sendEvent(CallEvent.Kind.incoming.rawValue, .object(invitation(call)), to: session)
             store.trace(
                 callID: call.state.id, user: session.identity, device: session.deviceKey, channel: "websocket",
                 event: "delivered_on_connect", atMillis: Self.wallMillis())
@@ -355,7 +364,7 @@ extension Hub {
             if let stored = try? store.callSummary(id: request.callID, appID: app.id),
                 stored.caller == identity || stored.callees.contains(identity)
             {
-                throw ErrorBody(.conflict, "the call has already ended")
+                throw CallError.ended.body
             }
             throw CallError.notFound.body
         }
@@ -364,6 +373,13 @@ extension Hub {
         do {
             switch type {
             case MessageType.callAnswer: effects = try call.state.answer(by: identity, device: device, nowMillis: nowMillis)
+            case MessageType.callDecline where request.reason == "filtered":
+                // The phone did not show the call (Do Not Disturb, Focus, block list): not a
+                // decline by the user; the user is unavailable once every device that rang is out.
+                store.trace(
+                    callID: call.state.id, user: identity, device: device ?? "rest", channel: "device", event: "filtered", atMillis: nowMillis,
+                    detail: ["filter": .string((request.filter ?? .unknown).rawValue)])
+                effects = try call.state.deviceOut(identity, device: device ?? "rest", nowMillis: nowMillis)
             case MessageType.callDecline: effects = try call.state.decline(by: identity, device: device, nowMillis: nowMillis)
             case MessageType.callCancel: effects = try call.state.cancel(by: identity, nowMillis: nowMillis)
             case MessageType.callEnd:
@@ -380,10 +396,30 @@ extension Hub {
         } catch {
             throw ErrorBody(.internal, "call action failed")
         }
-        if type == MessageType.callAnswer || type == MessageType.callDecline || type == MessageType.callEnd {
+        if type == MessageType.callAnswer || (type == MessageType.callDecline && request.reason != "filtered") || type == MessageType.callEnd {
             store.trace(
                 callID: call.state.id, user: identity, device: device ?? "rest", channel: "device",
                 event: type == MessageType.callAnswer ? "answered" : type == MessageType.callDecline ? "declined" : "ended", atMillis: nowMillis)
+        }
+        perform(call, effects)
+        return describe(call)
+    }
+
+    /// `call.hold` (`POST /v1/calls/{id}/hold`): a participant of an answered call puts it on
+    /// hold or takes it off; the other participants hear `call.held`.
+    func holdCall(_ request: CallHoldRequest, identity: String, app: App, device: String?) throws(ErrorBody) -> JSONValue {
+        guard let call = calls[request.callID], call.state.appID == app.id else {
+            if let stored = try? store.callSummary(id: request.callID, appID: app.id), stored.caller == identity || stored.callees.contains(identity) {
+                throw CallError.ended.body
+            }
+            throw CallError.notFound.body
+        }
+        let effects: [CallState.Effect]
+        do { effects = try call.state.hold(by: identity, onHold: request.onHold) } catch { throw error.body }
+        if !effects.isEmpty {
+            store.trace(
+                callID: call.state.id, user: identity, device: device ?? "rest", channel: "device", event: request.onHold ? "held" : "resumed",
+                atMillis: Self.wallMillis())
         }
         perform(call, effects)
         return describe(call)
@@ -396,9 +432,9 @@ extension Hub {
         let state = call.state
         for effect in effects {
             switch effect {
-            case .notify(let identity, let type, let data, let except):
+            case .notify(let identity, let event, let except):
                 for session in sessionsByUser[Self.userKey(state.appID, identity)] ?? [] where session.deviceKey != except {
-                    sendEvent(type, data, to: session)
+                    sendEvent(event.type, event.data, to: session)
                 }
             case .cancelRingTimer:
                 if let timer = call.ringTimer { transport?.loop.cancel(timer) }

@@ -330,6 +330,9 @@ final class Hub: @unchecked Sendable {
         case MessageType.callAnswer, MessageType.callDecline, MessageType.callCancel, MessageType.callEnd, MessageType.callAck:
             let request: CallActionRequest = try decodeData(bytes)
             return Outcome(reply: try callAction(type, request, identity: session.identity, app: session.app, device: session.deviceKey))
+        case MessageType.callHold:
+            let request: CallHoldRequest = try decodeData(bytes)
+            return Outcome(reply: try holdCall(request, identity: session.identity, app: session.app, device: session.deviceKey))
 
         default:
             throw ErrorBody(.unknownType, "unknown message type '\(type.prefix(64))'")

@@ -185,13 +185,29 @@ extension Gateway {
             return ("/v1/calls/{id}/trace", encoded(200, ["call_id": JSONValue.string(parts[2]), "trace": .array(entries)]))
         case (.post, 4) where ["answer", "decline", "cancel", "end"].contains(parts[3]):
             var reason: String?
+            var filter: CallFilter?
             if !request.body.isEmpty, let object = (try? decoder.decode(JSONValue.self, from: Data(request.body)))?.objectValue {
                 reason = object["reason"]?.stringValue
+                filter = object["filter"]?.stringValue.flatMap(CallFilter.init(rawValue:))
             }
             do throws(ErrorBody) {
-                let summary = try hub.callAction("call." + parts[3], CallActionRequest(callID: parts[2], reason: reason), identity: claims.sub, app: app, device: device)
+                let action = CallActionRequest(callID: parts[2], reason: reason, filter: filter)
+                let summary = try hub.callAction("call." + parts[3], action, identity: claims.sub, app: app, device: device)
                 return ("/v1/calls/{id}/" + parts[3], encoded(200, summary))
             } catch { return ("/v1/calls/{id}/" + parts[3], fail(error)) }
+        case (.post, 4) where parts[3] == "hold":
+            struct Body: Decodable {
+                var onHold: Bool
+                enum CodingKeys: String, CodingKey { case onHold = "on_hold" }
+            }
+            let body: Body
+            do { body = try decoder.decode(Body.self, from: Data(request.body)) } catch {
+                return ("/v1/calls/{id}/hold", decodeFailure(request.body, error))
+            }
+            do throws(ErrorBody) {
+                let summary = try hub.holdCall(CallHoldRequest(callID: parts[2], onHold: body.onHold), identity: claims.sub, app: app, device: device)
+                return ("/v1/calls/{id}/hold", encoded(200, summary))
+            } catch { return ("/v1/calls/{id}/hold", fail(error)) }
         default:
             return ("/v1/calls/*", failure(404, ErrorBody(.notFound, "no such endpoint: \(request.method.rawValue) \(request.path)")))
         }
