@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 SWIFT ?= swift
 VENV := .build/venv
 
-.PHONY: run test build deps test-deps autobahn interop bench fuzz test-sanitize soak clean
+.PHONY: run test build deps test-deps autobahn interop typecheck-apple bench fuzz test-sanitize soak clean
 
 run: deps
 	$(SWIFT) build -c release --product switchboard
@@ -18,7 +18,7 @@ test: test-deps
 	scripts/fuzz.sh replay .build/debug/switchboard-fuzz
 	scripts/autobahn.sh .build/debug/switchboard $(VENV)
 	scripts/interop.sh .build/debug/switchboard $(VENV)
-	$(SWIFT) build --target SwitchboardKit --scratch-path .build/typecheck -Xswiftc -DSWITCHBOARD_TYPECHECK_URLSESSION
+	scripts/typecheck-apple.sh
 
 build: deps
 	$(SWIFT) build
@@ -37,6 +37,11 @@ autobahn: test-deps
 interop: test-deps
 	$(SWIFT) build --product switchboard
 	scripts/interop.sh .build/debug/switchboard $(VENV)
+
+# SwitchboardKit and Examples/iOS type-checked against the stubs of Apple's frameworks
+# (Tests/AppleStubs): iOS, strict delegate conformance, and a macOS build.
+typecheck-apple:
+	scripts/typecheck-apple.sh
 
 bench: test-deps
 	VENV=$(VENV) scripts/bench.sh

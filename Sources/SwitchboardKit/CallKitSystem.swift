@@ -1,32 +1,50 @@
-#if canImport(CallKit)
+// The Apple-only bridges: CallKit, PushKit, the audio session and Recents' call-back.
+//
+// Compiled for iOS (and Mac Catalyst) only: on macOS the CallKit and PushKit modules exist but
+// their call types and `.voIP` are unavailable. On Linux, `make test` type-checks this file
+// against hand-written stubs of those frameworks (Tests/AppleStubs) with
+// `SWITCHBOARD_APPLE_STUBS` standing in for `os(iOS)`.
+
+#if (os(iOS) || SWITCHBOARD_APPLE_STUBS) && canImport(CallKit) && canImport(AVFoundation)
 import AVFoundation
 import CallKit
 import Foundation
+import SwitchboardProtocol
 
 /// `CallSystem` on CallKit: thin on purpose; the logic of calls lives in `CallManager`.
 ///
-/// Create it at launch, before PushKit delivers anything, and hand it to `CallManager`.
-/// Media must start only in `CallSystemDelegate.callSystem(didChangeAudioActive: true)`
-/// (CallKit's `didActivate`), with WebRTC's audio session in manual mode.
+/// Create it once, at launch, before PushKit delivers anything, and only under
+/// `RegionPolicy.callKit` (use `InAppCallSystem` otherwise: no `CXProvider` may exist where
+/// CallKit is not allowed). It configures the audio session in the start and answer actions,
+/// before fulfilling them, and never activates it: CallKit does, and media starts only on
+/// `CallManagerEvent.audioActive(true)` (`didActivate`), with WebRTC's audio in manual mode.
 public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unchecked Sendable {
-    // Safety: CXProvider and CXCallController are thread-safe; `delegate` is set once at start.
+    // Safety: CXProvider and CXCallController are thread-safe; `delegate` is set once at start;
+    // `videoCalls` and `pending` are under their locks.
 
     /// How the system call UI presents the app's calls.
     public struct Configuration: Sendable {
-        /// Whether calls may be video calls.
-        public var supportsVideo = true
-        /// 1 keeps "Hold & Accept" off when the app cannot hold calls.
-        public var maximumCallGroups = 1
-        /// Calls per group (1: no conference calls in the call UI).
+        /// Whether calls may be video calls (CallKit's default: no).
+        public var supportsVideo = false
+        /// Two groups of one call: a second call offers "Hold & Accept" and "End & Accept".
+        public var maximumCallGroups = 2
+        /// One call per group: no conference calls in the call UI (a group action is failed).
         public var maximumCallsPerCallGroup = 1
-        /// The kinds of handle calls carry (generic, phone number, email).
-        public var handleTypes: Set<CXHandle.HandleType> = [.generic]
-        /// A sound file in the app bundle.
+        /// Calls can be held (the server hears it, `call.hold`).
+        public var supportsHolding = true
+        /// The keypad sends DTMF (as data in the call's room).
+        public var supportsDTMF = true
+        /// The kind of handle calls carry: what Recents and Contacts call back.
+        public var handleType: CXHandle.HandleType = .generic
+        /// A sound file in the app's main bundle.
         public var ringtoneSound: String?
         /// A 40×40 template image (PNG data) for the call UI.
         public var iconTemplateImageData: Data?
         /// Whether calls appear in the Phone app's Recents.
         public var includesCallsInRecents = true
+        /// Sets the audio session up for a call, in the start and answer actions; the default is
+        /// `CallAudioSession.voiceAndVideoChat`. Must not activate the session.
+        public var configureAudioSession: @Sendable (_ session: AVAudioSession, _ video: Bool) throws -> Void = CallAudioSession.voiceAndVideoChat
 
         public init() {}
     }
@@ -34,41 +52,88 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
     /// Receives the user's actions; `CallManager` sets itself.
     public weak var delegate: (any CallSystemDelegate)?
     private let provider: CXProvider
-    private let controller = CXCallController()
+    private let controller: CXCallController
+    private let configuration: Configuration
+    private let videoCalls = Locked<Set<UUID>>([])
+    /// The actions handed to the delegate and not answered yet, by the action's own UUID.
+    private let pending = Locked<[UUID: ActionCompletion]>([:])
 
-    /// Creates the provider with `configuration`.
-    public init(configuration: Configuration = Configuration()) {
+    /// Creates the provider with `configuration`; CallKit calls the delegate on `queue` (a
+    /// private serial queue by default: a busy main thread at launch must not delay a report).
+    public init(configuration: Configuration = Configuration(), queue: DispatchQueue = DispatchQueue(label: "switchboard.callkit")) {
+        self.configuration = configuration
         let settings = CXProviderConfiguration()
         settings.supportsVideo = configuration.supportsVideo
         settings.maximumCallGroups = configuration.maximumCallGroups
         settings.maximumCallsPerCallGroup = configuration.maximumCallsPerCallGroup
-        settings.supportedHandleTypes = configuration.handleTypes
+        settings.supportedHandleTypes = [configuration.handleType]
         settings.ringtoneSound = configuration.ringtoneSound
         settings.iconTemplateImageData = configuration.iconTemplateImageData
         settings.includesCallsInRecents = configuration.includesCallsInRecents
         provider = CXProvider(configuration: settings)
+        controller = CXCallController(queue: queue)
         super.init()
-        provider.setDelegate(self, queue: nil)
+        provider.setDelegate(self, queue: queue)
+    }
+
+    deinit { provider.invalidate() }
+
+    /// Ends the provider's life: its calls end and it calls the delegate no more. The provider
+    /// must be invalidated before it goes (also when CallKit is switched off for a region).
+    public func invalidate() {
+        provider.invalidate()
+    }
+
+    private func callUpdate(_ update: CallUpdate) -> CXCallUpdate {
+        let callUpdate = CXCallUpdate()
+        callUpdate.remoteHandle = CXHandle(type: configuration.handleType, value: update.handle)
+        callUpdate.localizedCallerName = update.displayName
+        callUpdate.hasVideo = update.hasVideo
+        // Unset properties are ignored by CallKit: every one is said.
+        callUpdate.supportsHolding = configuration.supportsHolding
+        callUpdate.supportsGrouping = configuration.maximumCallsPerCallGroup > 1
+        callUpdate.supportsUngrouping = configuration.maximumCallsPerCallGroup > 1
+        callUpdate.supportsDTMF = configuration.supportsDTMF
+        return callUpdate
     }
 
     // MARK: CallSystem
 
-    /// Shows an incoming call (see `CallSystem`).
+    /// Shows an incoming call (see `CallSystem`); every error of CallKit's is passed on.
     public func reportNewIncomingCall(_ id: UUID, update: CallUpdate, completion: @escaping @Sendable (CallSystemError?) -> Void) {
-        let callUpdate = CXCallUpdate()
-        callUpdate.remoteHandle = CXHandle(type: .generic, value: update.handle)
-        callUpdate.localizedCallerName = update.displayName
-        callUpdate.hasVideo = update.hasVideo
-        provider.reportNewIncomingCall(with: id, update: callUpdate) { error in
-            guard let error = error as? CXErrorCodeIncomingCallError else {
-                completion(error == nil ? nil : .unknown)
-                return
-            }
-            switch error.code {
-            case .callUUIDAlreadyExists: completion(.callUUIDAlreadyExists)
-            case .filteredByDoNotDisturb: completion(.filteredByDoNotDisturb)
-            default: completion(.unknown)
-            }
+        if update.hasVideo { _ = videoCalls.withLock { $0.insert(id) } }
+        provider.reportNewIncomingCall(with: id, update: callUpdate(update)) { error in
+            completion(error.map(Self.reportError))
+        }
+    }
+
+    /// CallKit's report error as a `CallSystemError`, by its code (which newer iOS versions
+    /// extend: 5, 6 and 7 need no newer SDK here).
+    static func reportError(_ error: any Error) -> CallSystemError {
+        guard let error = error as? CXErrorCodeIncomingCallError else { return .unknown(-1) }
+        switch error.code.rawValue {
+        case 1: return .unentitled
+        case 2: return .callUUIDAlreadyExists
+        case 3: return .filteredByDoNotDisturb
+        case 4: return .filteredByBlockList
+        case 5: return .filteredDuringRestrictedSharingMode
+        case 6: return .callIsProtected
+        case 7: return .filteredBySensitiveParticipants
+        case let code: return .unknown(code)
+        }
+    }
+
+    /// CallKit's request error as a `CallSystemError`, by its code.
+    static func requestError(_ error: any Error) -> CallSystemError {
+        guard let error = error as? CXErrorCodeRequestTransactionError else { return .unknown(-1) }
+        switch error.code.rawValue {
+        case 1: return .unentitled
+        case 2, 3, 6: return .invalidAction
+        case 4: return .unknownCallUUID
+        case 5: return .callUUIDAlreadyExists
+        case 7: return .maximumCallGroupsReached
+        case 8: return .callIsProtected
+        case let code: return .unknown(code)
         }
     }
 
@@ -83,6 +148,7 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         case .declinedElsewhere: cxReason = .declinedElsewhere
         }
         provider.reportCall(with: id, endedAt: endedAt, reason: cxReason)
+        _ = videoCalls.withLock { $0.remove(id) }
     }
 
     /// Marks an outgoing call connected (see `CallSystem`).
@@ -95,8 +161,9 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         let cxAction: CXCallAction
         switch action {
         case .start(let id, let handle, let video):
-            let start = CXStartCallAction(call: id, handle: CXHandle(type: .generic, value: handle))
+            let start = CXStartCallAction(call: id, handle: CXHandle(type: configuration.handleType, value: handle))
             start.isVideo = video
+            if video { _ = videoCalls.withLock { $0.insert(id) } }
             cxAction = start
         case .answer(let id): cxAction = CXAnswerCallAction(call: id)
         case .end(let id): cxAction = CXEndCallAction(call: id)
@@ -104,11 +171,26 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         case .setHeld(let id, let held): cxAction = CXSetHeldCallAction(call: id, onHold: held)
         case .playDTMF(let id, let digits): cxAction = CXPlayDTMFCallAction(call: id, digits: digits, type: .singleTone)
         }
-        try await controller.request(CXTransaction(action: cxAction))
+        do {
+            try await controller.request(CXTransaction(action: cxAction))
+        } catch {
+            throw Self.requestError(error)
+        }
     }
 
     /// Called by the media layer before it plays or records audio (see `CallSystem`).
     public func mediaWillStartAudio(_ id: UUID) {}
+
+    /// The calls CallKit shows now (see `CallSystem`).
+    public var liveCallIDs: [UUID] {
+        controller.callObserver.calls.filter { !$0.hasEnded }.map(\.uuid)
+    }
+
+    /// Routes a call's audio to the speaker, or back to the receiver or headset. The choice is
+    /// cleared when the audio session deactivates, so it never carries into the next call.
+    public func setSpeakerphone(_ on: Bool) throws {
+        try AVAudioSession.sharedInstance().overrideOutputAudioPort(on ? .speaker : .none)
+    }
 
     // MARK: CXProviderDelegate
 
@@ -117,25 +199,48 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         delegate?.callSystemDidReset()
     }
 
-    private func forward(_ action: CXAction, as callAction: CallAction) {
+    /// Hands `action` to the delegate with its deadline; `fulfilled` runs after a fulfilment.
+    private func forward(_ action: CXAction, as callAction: CallAction, fulfilled: @escaping @Sendable () -> Void = {}) {
         nonisolated(unsafe) let action = action
         guard let delegate else {
             action.fail()
             return
         }
-        delegate.callSystem(perform: callAction, completion: ActionCompletion { success in
-            if success { action.fulfill() } else { action.fail() }
-        })
+        let key = action.uuid
+        let pending = self.pending
+        let completion = ActionCompletion(deadline: action.timeoutDate) { success in
+            pending.withLock { _ = $0.removeValue(forKey: key) }
+            if success {
+                action.fulfill()
+                fulfilled()
+            } else {
+                action.fail()
+            }
+        }
+        pending.withLock { $0[key] = completion }
+        delegate.callSystem(perform: callAction, completion: completion)
     }
 
-    /// Forwards CallKit's start action to the delegate.
+    /// Configures the audio session for a call that is starting or being answered. A failure
+    /// is not the call's end: CallKit still activates the session it has.
+    private func configureAudio(video: Bool) {
+        try? configuration.configureAudioSession(AVAudioSession.sharedInstance(), video)
+    }
+
+    /// The user (or the app) starts a call: audio configured, then the delegate; CallKit hears
+    /// the call is connecting once the action is fulfilled.
     public func provider(_ provider: CXProvider, perform action: CXStartCallAction) {
-        provider.reportOutgoingCall(with: action.callUUID, startedConnectingAt: Date())
-        forward(action, as: .start(action.callUUID, handle: action.handle.value, video: action.isVideo))
+        configureAudio(video: action.isVideo)
+        let id = action.callUUID
+        forward(action, as: .start(id, handle: action.handle.value, video: action.isVideo)) { [weak self] in
+            self?.provider.reportOutgoingCall(with: id, startedConnectingAt: Date())
+        }
     }
 
-    /// Forwards CallKit's answer action to the delegate.
+    /// The user answers: audio configured, then the delegate, which holds the action until the
+    /// server confirms (within `timeoutDate`).
     public func provider(_ provider: CXProvider, perform action: CXAnswerCallAction) {
+        configureAudio(video: videoCalls.withLock { $0.contains(action.callUUID) })
         forward(action, as: .answer(action.callUUID))
     }
 
@@ -149,7 +254,7 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         forward(action, as: .setMuted(action.callUUID, action.isMuted))
     }
 
-    /// Forwards CallKit's hold action to the delegate.
+    /// Forwards CallKit's hold action to the delegate (also the first half of "Hold & Accept").
     public func provider(_ provider: CXProvider, perform action: CXSetHeldCallAction) {
         forward(action, as: .setHeld(action.callUUID, action.isOnHold))
     }
@@ -159,53 +264,126 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         forward(action, as: .playDTMF(action.callUUID, digits: action.digits))
     }
 
+    /// Calls are never merged (one call per group): a group action is failed at once.
+    public func provider(_ provider: CXProvider, perform action: CXSetGroupCallAction) {
+        action.fail()
+    }
+
+    /// CallKit gave up on an action: it is neither fulfilled nor failed any more (its completion
+    /// is silenced), and the delegate hears it.
+    public func provider(_ provider: CXProvider, timedOutPerforming action: CXAction) {
+        pending.withLock { $0.removeValue(forKey: action.uuid) }?.timeOut()
+        let callAction: CallAction?
+        switch action {
+        case let start as CXStartCallAction: callAction = .start(start.callUUID, handle: start.handle.value, video: start.isVideo)
+        case let answer as CXAnswerCallAction: callAction = .answer(answer.callUUID)
+        case let end as CXEndCallAction: callAction = .end(end.callUUID)
+        case let held as CXSetHeldCallAction: callAction = .setHeld(held.callUUID, held.isOnHold)
+        case let muted as CXSetMutedCallAction: callAction = .setMuted(muted.callUUID, muted.isMuted)
+        case let dtmf as CXPlayDTMFCallAction: callAction = .playDTMF(dtmf.callUUID, digits: dtmf.digits)
+        default: callAction = nil
+        }
+        if let callAction { delegate?.callSystem(timedOutPerforming: callAction) }
+    }
+
     /// CallKit activated the audio session: media may start now.
     public func provider(_ provider: CXProvider, didActivate audioSession: AVAudioSession) {
         delegate?.callSystem(didChangeAudioActive: true)
     }
 
-    /// CallKit deactivated the audio session: media must stop.
+    /// CallKit deactivated the audio session (the last call ended, or the call went on hold):
+    /// media must stop; a speaker override is cleared.
     public func provider(_ provider: CXProvider, didDeactivate audioSession: AVAudioSession) {
+        try? audioSession.overrideOutputAudioPort(.none)
         delegate?.callSystem(didChangeAudioActive: false)
     }
 }
+
 #endif
 
-#if canImport(PushKit)
+#if (os(iOS) || SWITCHBOARD_APPLE_STUBS) && canImport(PushKit)
 import PushKit
 
-/// PushKit wiring: registers for VoIP pushes (unless the region policy forbids CallKit), sends
-/// the token to the device registry, and hands every push to the call manager, which reports it
-/// before the delegate returns.
+/// PushKit wiring: registers for VoIP pushes (unless the region policy forbids CallKit), hands
+/// the token to the app (to register with `DeviceRegistrar`), says when the token is no longer
+/// valid (unregister it), and hands every push to the call manager, which reports it before
+/// the delegate returns.
 public final class PushKitBridge: NSObject, PKPushRegistryDelegate, @unchecked Sendable {
     // Safety: PushKit calls the delegate on the queue given at init; the fields are immutable.
     private let registry: PKPushRegistry
     private let calls: CallManager
     private let onToken: @Sendable (Data) -> Void
+    private let onTokenInvalidated: @Sendable () -> Void
 
-    /// Create it in `application(_:didFinishLaunchingWithOptions:)`, synchronously.
-    /// `onToken` receives the raw VoIP token (register it with `DeviceRegistrar`).
-    public init(calls: CallManager, policy: RegionPolicy, queue: DispatchQueue = .main, onToken: @escaping @Sendable (Data) -> Void) {
+    /// Create it in `application(_:didFinishLaunchingWithOptions:)`, synchronously, and only
+    /// under `RegionPolicy.callKit`. `onToken` receives the raw VoIP token (register it with
+    /// `DeviceRegistrar`); `onTokenInvalidated` means the server must stop using it
+    /// (`DeviceRegistrar.register` without it). PushKit calls on `queue` (a private serial
+    /// queue by default).
+    public init(
+        calls: CallManager, policy: RegionPolicy, queue: DispatchQueue = DispatchQueue(label: "switchboard.pushkit"),
+        onToken: @escaping @Sendable (Data) -> Void, onTokenInvalidated: @escaping @Sendable () -> Void = {}
+    ) {
         registry = PKPushRegistry(queue: queue)
         self.calls = calls
         self.onToken = onToken
+        self.onTokenInvalidated = onTokenInvalidated
         super.init()
         registry.delegate = self
         registry.desiredPushTypes = policy.registersVoIPPush ? [.voIP] : []
     }
 
     /// A new VoIP token: hand it to the device registry.
-    public func pushRegistry(_ registry: PKPushRegistry, didUpdate credentials: PKPushCredentials, for type: PKPushType) {
-        onToken(credentials.token)
+    public func pushRegistry(_ registry: PKPushRegistry, didUpdate pushCredentials: PKPushCredentials, for type: PKPushType) {
+        onToken(pushCredentials.token)
+    }
+
+    /// The VoIP token is no longer valid: the server must not push to it.
+    public func pushRegistry(_ registry: PKPushRegistry, didInvalidatePushTokenFor type: PKPushType) {
+        onTokenInvalidated()
     }
 
     /// A VoIP push: reported to the call UI before this returns.
     public func pushRegistry(
         _ registry: PKPushRegistry, didReceiveIncomingPushWith payload: PKPushPayload, for type: PKPushType,
-        completion: @escaping () -> Void
+        completion: @escaping @Sendable () -> Void
     ) {
-        nonisolated(unsafe) let done = completion
-        calls.handleIncomingVoIPPush(payload: payload.dictionaryPayload as? [String: Any] ?? [:]) { done() }
+        calls.handleIncomingVoIPPush(payload: Self.dictionary(payload), completion: completion)
+    }
+
+    /// A VoIP push on iOS 26.4 and later, with PushKit's `mustReport`: false lets a push for a
+    /// call already ringing here go unreported (one call, one UI).
+    @available(iOS 26.4, *)
+    public func pushRegistry(
+        _ registry: PKPushRegistry, didReceiveIncomingVoIPPushWith payload: PKPushPayload, metadata: PKVoIPPushMetadata,
+        withCompletionHandler completion: @escaping @Sendable () -> Void
+    ) {
+        calls.handleIncomingVoIPPush(payload: Self.dictionary(payload), mustReport: metadata.mustReport, completion: completion)
+    }
+
+    private static func dictionary(_ payload: PKPushPayload) -> [String: Any] {
+        var dictionary: [String: Any] = [:]
+        for (key, value) in payload.dictionaryPayload {
+            if let key = key as? String { dictionary[key] = value }
+        }
+        return dictionary
+    }
+}
+#endif
+
+#if (os(iOS) || SWITCHBOARD_APPLE_STUBS) && canImport(Intents)
+import Intents
+
+/// Calling back from the Phone app's Recents or from Contacts: iOS opens the app with an
+/// `INStartCallIntent` in `application(_:continue:restorationHandler:)`.
+public enum RecentsCallBack {
+    /// Who to call, and whether with video, for a call-back activity; nil for any other one.
+    /// Start the call with `CallManager.startCall(to:video:)` once the app is ready.
+    public static func callee(of userActivity: NSUserActivity) -> (handle: String, video: Bool)? {
+        guard let intent = userActivity.interaction?.intent as? INStartCallIntent,
+            let handle = intent.contacts?.first?.personHandle?.value, !handle.isEmpty
+        else { return nil }
+        return (handle, intent.callCapability == .videoCall)
     }
 }
 #endif

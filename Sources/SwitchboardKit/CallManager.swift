@@ -1,46 +1,24 @@
 import Foundation
 import SwitchboardProtocol
 
-/// What the call manager tells the app.
-public enum CallManagerEvent: Sendable, Equatable {
-    case incoming(UUID, CallUpdate)
-    case outgoingStarted(UUID)
-    /// The call is up (answered here, or the callee answered an outgoing call).
-    case connected(UUID)
-    case ended(UUID, CallEndedReason)
-    /// The user ended (or declined) the call on this device.
-    case endedLocally(UUID)
-    /// The system activated (true) or deactivated the audio session: start or stop media.
-    case audioActive(Bool)
-    case muted(UUID, Bool)
-    case held(UUID, Bool)
-}
-
 /// Calls on a phone: turns VoIP pushes and server events into the system's call UI, and the
 /// user's actions on that UI into requests to the server. The CallKit UUID of a call is the
 /// server's call id, so a push and a WebSocket invite for one call are one call.
 ///
+/// Each call is a `PhoneCall` value (events in, effects out); the manager feeds it and performs
+/// what it says, outside its lock.
+///
 /// Wire it at launch, before anything else (PushKit requires it):
 ///
 /// ```swift
-/// let system = CallKitSystem(configuration: …)      // or SimulatedCallSystem() in tests
+/// let system = CallKitSystem(configuration: …)      // InAppCallSystem() where CallKit is off
 /// let calls = CallManager(client: client, system: system)
-/// // PKPushRegistryDelegate:
+/// calls.start()
+/// // PKPushRegistryDelegate (PushKitBridge does this):
 /// calls.handleIncomingVoIPPush(payload: payload.dictionaryPayload as! [String: Any], completion: completion)
 /// ```
 public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     // Safety: mutable state is in `calls`, under its lock; the rest is immutable.
-
-    private enum Phase: Equatable {
-        case ringing, answering, active, ended
-    }
-
-    private struct ManagedCall {
-        var id: UUID
-        var incoming: Bool
-        var phase: Phase
-        var room: String?
-    }
 
     /// How long to wait for the server before failing an answer or ending an unknown call.
     public let serverTimeout: Duration
@@ -52,8 +30,10 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     public let events: AsyncStream<CallManagerEvent>
     private let sink: AsyncStream<CallManagerEvent>.Continuation
     private let http: any HTTPTransport
-    private let calls = Locked<[UUID: ManagedCall]>([:])
+    private let calls = Locked<[UUID: PhoneCall]>([:])
     private let listening = Locked<Task<Void, Never>?>(nil)
+    /// Ended calls are kept this long, so a late push for one is recognized and ended at once.
+    static let endedCallMemory: TimeInterval = 600
 
     /// Makes the manager the delegate of `system`. `http` defaults to the platform's transport.
     public init(client: SwitchboardClient, system: any CallSystem, http: (any HTTPTransport)? = nil, serverTimeout: Duration = .seconds(10)) {
@@ -74,8 +54,9 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                 for await event in events {
                     guard let self else { return }
                     switch event {
-                    case .event(let type, let data, _): self.serverEvent(type, data)
-                    case .sessionReplaced: Task { await self.resynchronize() }
+                    case .event(let type, let data, _):
+                        if let event = CallEvent(type: type, data: data) { self.serverEvent(event) }
+                    case .sessionReplaced: await self.resynchronize()
                     default: break
                     }
                 }
@@ -84,38 +65,102 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     }
 
     /// The calls the manager is following.
-    public var liveCallIDs: [UUID] { calls.withLock { $0.values.filter { $0.phase != .ended }.map(\.id) } }
+    public var liveCallIDs: [UUID] { calls.withLock { $0.values.filter { !$0.isEnded }.map(\.id) } }
+
+    // MARK: Running the calls
+
+    /// Feeds one call and performs its effects. `create` makes it when it is not known.
+    private func update(_ id: UUID, create: (() -> (PhoneCall, [PhoneCall.Effect]))? = nil, _ step: (inout PhoneCall) -> [PhoneCall.Effect]) {
+        let effects = calls.withLock { calls -> [PhoneCall.Effect] in
+            if calls[id] == nil, let create {
+                forgetOldCalls(&calls)
+                let (call, effects) = create()
+                calls[id] = call
+                return effects
+            }
+            guard var call = calls[id] else { return [] }
+            let effects = step(&call)
+            calls[id] = call
+            return effects
+        }
+        perform(effects, for: id)
+    }
+
+    private func forgetOldCalls(_ calls: inout [UUID: PhoneCall]) {
+        let cutoff = Date().addingTimeInterval(-Self.endedCallMemory)
+        calls = calls.filter { $0.value.endedAt.map { $0 > cutoff } ?? true }
+    }
+
+    private func perform(_ effects: [PhoneCall.Effect], for id: UUID) {
+        for effect in effects {
+            switch effect {
+            case .report(let update):
+                system.reportNewIncomingCall(id, update: update) { [weak self] error in
+                    self?.update(id) { $0.reportCompleted(error) }
+                }
+            case .endOnSystem(let reason): system.reportCall(id, endedAt: Date(), reason: reason)
+            case .connectedOnSystem: system.reportOutgoingCallConnected(id)
+            case .tellServer(let type, let request): send(type, request)
+            case .tellServerHold(let held): send(MessageType.callHold, CallHoldRequest(callID: id.uuidString.lowercased(), onHold: held))
+            case .event(let event): sink.yield(event)
+            }
+        }
+    }
+
+    /// A request the call needs the server to hear; retried while the connection comes back.
+    private func send(_ type: String, _ request: some Encodable & Sendable) {
+        let client = self.client
+        let deadline = ContinuousClock.now + serverTimeout
+        Task {
+            while ContinuousClock.now < deadline {
+                do {
+                    try await client.connect()
+                    try await client.request(type, encoding: request, timeout: deadline - ContinuousClock.now)
+                    return
+                } catch SwitchboardError.server {
+                    return  // the server heard it and said no (the call is over): nothing to retry
+                } catch {
+                    try? await Task.sleep(for: .milliseconds(200))
+                }
+            }
+        }
+    }
 
     // MARK: PushKit
 
     /// Handles a VoIP push. Reports a call to the system **before returning**, whatever the
-    /// payload holds (a malformed, stale or unknown call is reported, then ended), then connects
-    /// and asks the server for the call's state to end it at once if it is over.
-    public func handleIncomingVoIPPush(payload: [String: Any], completion: @escaping @Sendable () -> Void) {
+    /// payload holds (a malformed, stale or unknown call is reported, then ended once the system
+    /// has shown it), then connects and asks the server for the call's state to end it at once
+    /// if it is over. `mustReport` is PushKit's (iOS 26.4): false lets a push for a call already
+    /// ringing here go unreported.
+    public func handleIncomingVoIPPush(payload: [String: Any], mustReport: Bool = true, completion: @escaping @Sendable () -> Void) {
         let push = IncomingPush(payload)
-        let callID = push.callID
-        let id = callID ?? UUID()
-        let update = push.update
-
-        let known = calls.withLock { calls -> Bool in
-            if calls[id] != nil { return true }
-            calls[id] = ManagedCall(id: id, incoming: true, phase: .ringing)
-            return false
-        }
-        system.reportNewIncomingCall(id, update: update) { _ in }
-        if !known { sink.yield(.incoming(id, update)) }
+        let id = push.callID ?? UUID()
+        let now = Date()
+        update(id, create: { PhoneCall.incoming(id, update: push.update) }) { $0.reportAgain(mustReport: mustReport) }
         completion()
 
-        guard callID != nil else {
-            // Nothing to ring for: reported (as iOS demands), now ended.
-            finish(id, reason: .failed)
+        guard push.callID != nil else {
+            // Nothing to ring for: reported (as iOS demands), ended once shown.
+            update(id) { $0.end(.failed, at: now) }
             return
         }
-        if let expires = push.ringExpiresAtMillis, expires / 1000 < Date().timeIntervalSince1970 - 5 {
-            finish(id, reason: .unanswered)
+        if let expires = push.ringExpiresAtMillis, expires / 1000 < now.timeIntervalSince1970 - 5 {
+            update(id) { $0.end(.unanswered, at: now) }
             return
         }
         Task { await reconcile(id) }
+    }
+
+    /// Handles an alert push for a call on a device without CallKit (region policy
+    /// `.noCallKit`): the app rings in its own UI (`InAppCallSystem`). Unlike a VoIP push,
+    /// nothing must be shown for it: a missed-call alert, one without a call, or one for a call
+    /// this phone already knows (it rang over the connection, or is over) is ignored.
+    public func handleIncomingAlertPush(userInfo: [String: Any]) {
+        guard userInfo["missed"] as? Bool != true, let id = IncomingPush(userInfo).callID,
+            calls.withLock({ $0[id] }) == nil
+        else { return }
+        handleIncomingVoIPPush(payload: userInfo) {}
     }
 
     /// A JSON number from a push payload, whatever type the platform's decoder gave it.
@@ -129,11 +174,35 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         }
     }
 
+    // MARK: Reconciling with the server
+
     /// After a session the server could not resume (it restarted, or the gap outlasted its grace
     /// period), events may be lost: asks about every live call and ends those that are over,
     /// including calls in progress here.
     private func resynchronize() async {
         for id in liveCallIDs { await reconcile(id, sessionLost: true) }
+    }
+
+    /// At launch: calls the system still shows that this run did not report (the app was killed
+    /// during a call, or relaunched for an action) are matched with the server: one still ringing
+    /// for this user rings on; any other is ended with the server's reason.
+    public func reconcileWithSystem() async {
+        let unknown = system.liveCallIDs.filter { id in calls.withLock { $0[id] == nil } }
+        for id in unknown {
+            let summary = try? await serverState(id)
+            if let summary, summary["state"] == "ringing", await endReason(from: summary) == nil {
+                calls.withLock { $0[id] = PhoneCall.adopted(id, update: Self.update(for: summary)) }
+                continue
+            }
+            var reason = CallEndedReason.failed
+            if let summary, let known = await endReason(from: summary) { reason = known }
+            system.reportCall(id, endedAt: Date(), reason: reason)
+        }
+    }
+
+    private func serverState(_ id: UUID) async throws -> JSONValue {
+        try await client.connect()
+        return try await client.callState(id.uuidString.lowercased(), http: http)
     }
 
     /// Connects if needed and ends the call if the server says it is over. A call answered here
@@ -142,26 +211,24 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         let deadline = ContinuousClock.now + serverTimeout
         while ContinuousClock.now < deadline {
             do {
-                try await client.connect()
-                let summary = try await client.callState(id.uuidString.lowercased(), http: http)
-                // This device answering (or having answered) is not "answered elsewhere".
+                let summary = try await serverState(id)
                 let answeredHere = calls.withLock { $0[id].map { $0.phase == .answering || $0.phase == .active } ?? false }
                 if answeredHere {
                     if sessionLost, summary["state"] == "ended" {
-                        finish(id, reason: summary["outcome"] == "failed" ? .failed : .remoteEnded)
+                        update(id) { $0.end(summary["outcome"] == "failed" ? .failed : .remoteEnded, at: Date()) }
                     }
                 } else if let reason = await endReason(from: summary) {
-                    finish(id, reason: reason)
+                    update(id) { $0.end(reason, at: Date()) }
                 }
                 return
             } catch SwitchboardError.server(let error) where error.code == .notFound || error.code == .forbidden {
-                finish(id, reason: .failed)
+                update(id) { $0.end(.failed, at: Date()) }
                 return
             } catch {
                 try? await Task.sleep(for: .milliseconds(200))
             }
         }
-        finish(id, reason: .failed)
+        update(id) { $0.end(.failed, at: Date()) }
     }
 
     /// The reason to show for a call the server reports, or nil while it still rings for us.
@@ -174,7 +241,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         let status = mine?["status"]?.stringValue
         switch summary["state"]?.stringValue {
         case "ringing":
-            return status == "declined" ? .declinedElsewhere : status == "missed" ? .unanswered : nil
+            return status == "declined" ? .declinedElsewhere : status == "ringing" ? nil : .unanswered
         case "accepted":
             if status == "accepted" { return .answeredElsewhere }
             if status == "declined" { return .declinedElsewhere }
@@ -190,17 +257,12 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         }
     }
 
-    /// Handles an alert push for a call on a device without CallKit (region policy
-    /// `.noCallKit`): the app rings in its own UI, here the `system`.
-    public func handleIncomingAlertPush(userInfo: [String: Any]) {
-        guard userInfo["missed"] as? Bool != true else { return }
-        handleIncomingVoIPPush(payload: userInfo) {}
-    }
-
     // MARK: Outgoing
 
     /// Rings `callees`: creates the call on the server, then asks the system to show it with the
-    /// server's call id as its UUID.
+    /// server's call id as its UUID (and the first callee as its handle, for Recents). When the
+    /// system refuses (too many calls, no entitlement), the server's call is cancelled and the
+    /// error thrown.
     public func startCall(to callees: [String], video: Bool = false, handle: String? = nil) async throws -> UUID {
         try await client.connect()
         let reply = try await client.request(
@@ -208,66 +270,52 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         guard let callID = reply?["call_id"]?.stringValue, let id = UUID(uuidString: callID) else {
             throw SwitchboardError.invalidResponse("call.create returned no call id")
         }
-        calls.withLock { $0[id] = ManagedCall(id: id, incoming: false, phase: .ringing, room: reply?["media"]?["room"]?.stringValue) }
-        try await system.request(.start(id, handle: callees.joined(separator: ", "), video: video))
+        let shown = callees.first ?? ""
+        let call = PhoneCall.outgoing(id, update: CallUpdate(handle: shown, displayName: shown, hasVideo: video), room: reply?["media"]?["room"]?.stringValue)
+        calls.withLock { $0[id] = call }
+        do {
+            try await system.request(.start(id, handle: shown, video: video))
+        } catch {
+            update(id) { $0.startFailed(at: Date()) }
+            throw error
+        }
         sink.yield(.outgoingStarted(id))
         return id
     }
 
     // MARK: Server events
 
-    private func serverEvent(_ type: String, _ data: JSONValue) {
-        guard type.hasPrefix("call."), let callID = data["call_id"]?.stringValue, let id = UUID(uuidString: callID) else { return }
-        switch type {
-        case "call.incoming":
-            let caller = data["caller"]
-            let update = CallUpdate(
-                handle: caller?["handle"]?.stringValue ?? caller?["identity"]?.stringValue ?? "",
-                displayName: caller?["name"]?.stringValue ?? caller?["identity"]?.stringValue ?? "Unknown caller",
-                hasVideo: data["video"] == true)
-            let known = calls.withLock { calls -> Bool in
-                if calls[id] != nil { return true }
-                calls[id] = ManagedCall(id: id, incoming: true, phase: .ringing, room: data["media"]?["room"]?.stringValue)
-                return false
-            }
-            if !known {
-                system.reportNewIncomingCall(id, update: update) { _ in }
-                sink.yield(.incoming(id, update))
-            } else if let room = data["media"]?["room"]?.stringValue {
-                calls.withLock { $0[id]?.room = room }
-            }
-        case "call.accepted":
-            let outgoing = calls.withLock { calls -> Bool in
-                guard let call = calls[id], !call.incoming, call.phase == .ringing else { return false }
-                calls[id]?.phase = .active
-                return true
-            }
-            if outgoing {
-                system.reportOutgoingCallConnected(id)
-                sink.yield(.connected(id))
-            }
-        case "call.answered_elsewhere": finish(id, reason: .answeredElsewhere)
-        case "call.declined_elsewhere": finish(id, reason: .declinedElsewhere)
-        case "call.cancelled": finish(id, reason: .remoteEnded)
-        case "call.missed": finish(id, reason: .unanswered)
-        case "call.ended":
-            let outcome = data["outcome"]?.stringValue
-            finish(id, reason: outcome == "failed" ? .failed : outcome == "missed" ? .unanswered : .remoteEnded)
-        default:
-            break
-        }
+    /// What the call UI shows for a call the server describes: an invite (`caller` an object
+    /// with identity, name and handle) or a call's state (`caller` the identity).
+    static func update(for call: JSONValue) -> CallUpdate {
+        let caller = call["caller"]
+        let identity = caller?["identity"]?.stringValue ?? caller?.stringValue
+        let name = caller?["name"]?.stringValue ?? identity ?? "Unknown caller"
+        return CallUpdate(handle: caller?["handle"]?.stringValue ?? identity ?? name, displayName: name, hasVideo: call["video"] == true)
     }
 
-    /// Ends a call on the system's UI once.
-    private func finish(_ id: UUID, reason: CallEndedReason) {
-        let wasLive = calls.withLock { calls -> Bool in
-            guard let call = calls[id], call.phase != .ended else { return false }
-            calls[id]?.phase = .ended
-            return true
+    private func serverEvent(_ event: CallEvent) {
+        guard let id = UUID(uuidString: event.callID) else { return }
+        let now = Date()
+        switch event {
+        case .incoming(_, let invite):
+            let update = Self.update(for: invite)
+            let room = invite["media"]?["room"]?.stringValue
+            self.update(id, create: { PhoneCall.incoming(id, update: update, room: room) }) { call in
+                if call.room == nil { call.room = room }
+                return []
+            }
+        case .accepted: update(id) { $0.accepted() }
+        case .answeredElsewhere: update(id) { $0.end(.answeredElsewhere, at: now) }
+        case .declinedElsewhere: update(id) { $0.end(.declinedElsewhere, at: now) }
+        case .cancelled: update(id) { $0.end(.remoteEnded, at: now) }
+        case .missed: update(id) { $0.end(.unanswered, at: now) }
+        case .ended(_, let outcome, _, _):
+            update(id) { $0.end(outcome == .failed ? .failed : outcome == .missed ? .unanswered : .remoteEnded, at: now) }
+        case .held(_, let by, let onHold): sink.yield(.remoteHeld(id, by: by, onHold: onHold))
+        case .ringing, .declined, .busy, .unavailable:
+            break  // the caller's side learns the end from call.ended
         }
-        guard wasLive else { return }
-        system.reportCall(id, endedAt: Date(), reason: reason)
-        sink.yield(.ended(id, reason))
     }
 
     // MARK: CallSystemDelegate
@@ -275,78 +323,84 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     /// Performs a user's action against the server and fulfils or fails it in time.
     public func callSystem(perform action: CallAction, completion: ActionCompletion) {
         let id = action.callID
-        let callID = id.uuidString.lowercased()
         switch action {
         case .start:
             completion.fulfill()  // created on the server before the system was asked
         case .answer:
-            let known = calls.withLock { calls -> Bool in
-                guard calls[id]?.phase == .ringing else { return false }
-                calls[id]?.phase = .answering
+            let answering = calls.withLock { calls -> Bool in
+                guard var call = calls[id], call.userAnswers() else { return false }
+                calls[id] = call
                 return true
             }
-            guard known else {
+            guard answering else {
                 completion.fail()
                 return
             }
-            // Hold the answer until the server confirms; fail it if the call is over.
-            let timeout = serverTimeout
-            Task {
-                let deadline = ContinuousClock.now + timeout
-                while ContinuousClock.now < deadline {
-                    do {
-                        try await client.connect()
-                        // The answer action must end by the deadline, whatever the network does.
-                        try await client.request(
-                            MessageType.callAnswer, encoding: CallActionRequest(callID: callID), timeout: deadline - ContinuousClock.now)
-                        calls.withLock { $0[id]?.phase = .active }
-                        completion.fulfill()
-                        sink.yield(.connected(id))
-                        return
-                    } catch SwitchboardError.server(let error) {
-                        completion.fail()
-                        finish(id, reason: error.message.contains("another device") ? .answeredElsewhere : .remoteEnded)
-                        return
-                    } catch {
-                        try? await Task.sleep(for: .milliseconds(200))
-                    }
-                }
-                completion.fail()
-                finish(id, reason: .failed)
-            }
+            answer(id, completion: completion)
         case .end:
-            let call = calls.withLock { calls -> ManagedCall? in
-                let call = calls[id]
-                calls[id]?.phase = .ended
-                return call
-            }
-            // Fulfil at once (hanging up must never wait for the network); tell the server after.
+            // Fulfilled at once: hanging up never waits for the network. A call this run does
+            // not know (the app relaunched for this action) is still ended on the server: the
+            // UUID is the server's call id.
             completion.fulfill()
-            guard let call, call.phase != .ended else { return }
-            let type: String
-            if call.incoming && call.phase == .ringing {
-                type = MessageType.callDecline
-            } else if !call.incoming && call.phase == .ringing {
-                type = MessageType.callCancel
+            let known = calls.withLock { $0[id] != nil }
+            if known {
+                update(id) { $0.userEnds(at: Date()) }
             } else {
-                type = MessageType.callEnd
+                send(MessageType.callEnd, CallActionRequest(callID: id.uuidString.lowercased(), reason: "hangup"))
+                sink.yield(.endedLocally(id))
             }
-            sink.yield(.endedLocally(id))
-            Task { try? await client.request(type, encoding: CallActionRequest(callID: callID, reason: "hangup")) }
         case .setMuted(_, let muted):
             completion.fulfill()
             sink.yield(.muted(id, muted))
         case .setHeld(_, let held):
             completion.fulfill()
-            sink.yield(.held(id, held))
+            update(id) { $0.userHolds(held) }
         case .playDTMF(_, let digits):
             // DTMF travels as signaling: a data message in the call's room.
             let room = calls.withLock { $0[id]?.room }
             completion.fulfill()
-            if let room {
-                Task { try? await client.request(MessageType.data, encoding: DataRequest(room: room, data: ["dtmf": .string(digits)])) }
-            }
+            if let room { send(MessageType.data, DataRequest(room: room, data: ["dtmf": .string(digits)])) }
         }
+    }
+
+    /// Holds an answer until the server confirms it, within the system's deadline for the action
+    /// (a little before it) and `serverTimeout`; fails it if the call is over.
+    private func answer(_ id: UUID, completion: ActionCompletion) {
+        var limit = serverTimeout
+        if let deadline = completion.deadline {
+            let left = deadline.timeIntervalSinceNow - 0.5
+            limit = min(limit, .milliseconds(Int64(max(0, left) * 1000)))
+        }
+        let callID = id.uuidString.lowercased()
+        let client = self.client
+        Task {
+            let deadline = ContinuousClock.now + limit
+            while ContinuousClock.now < deadline, !completion.isComplete {
+                do {
+                    try await client.connect()
+                    try await client.request(
+                        MessageType.callAnswer, encoding: CallActionRequest(callID: callID), timeout: deadline - ContinuousClock.now)
+                    let confirmed = calls.withLock { $0[id]?.phase == .answering }
+                    if confirmed { completion.fulfill() }
+                    update(id) { $0.answerConfirmed() }
+                    return
+                } catch SwitchboardError.server(let error) {
+                    completion.fail()
+                    update(id) { $0.answerRefused(error.reason.flatMap(CallRefusal.init(rawValue:)), at: Date()) }
+                    return
+                } catch {
+                    try? await Task.sleep(for: .milliseconds(200))
+                }
+            }
+            completion.fail()
+            update(id) { $0.end(.failed, at: Date()) }
+            send(MessageType.callEnd, CallActionRequest(callID: callID, reason: "answer_timed_out"))
+        }
+    }
+
+    /// The system gave up on an action: an answer that timed out ends the call.
+    public func callSystem(timedOutPerforming action: CallAction) {
+        update(action.callID) { $0.actionTimedOut(action, at: Date()) }
     }
 
     /// Passes audio activation on to the app (`CallManagerEvent.audioActive`).
@@ -356,17 +410,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
 
     /// Ends every call on the server after the call UI dropped them.
     public func callSystemDidReset() {
-        // Every call is gone from the UI: end them on the server too.
-        let live = calls.withLock { calls -> [ManagedCall] in
-            let live = calls.values.filter { $0.phase != .ended }
-            for call in live { calls[call.id]?.phase = .ended }
-            return live
-        }
-        for call in live {
-            let type = call.phase == .ringing ? (call.incoming ? MessageType.callDecline : MessageType.callCancel) : MessageType.callEnd
-            sink.yield(.ended(call.id, .failed))
-            Task { try? await client.request(type, encoding: CallActionRequest(callID: call.id.uuidString.lowercased(), reason: "reset")) }
-        }
+        for id in liveCallIDs { update(id) { $0.reset(at: Date()) } }
     }
 }
 
@@ -386,7 +430,8 @@ public struct IncomingPush: Sendable {
             ?? (payload["UUID"] as? String).flatMap(UUID.init(uuidString:))
         let caller = payload["caller"] as? [String: Any]
         let name = (caller?["name"] as? String) ?? (caller?["identity"] as? String) ?? "Unknown caller"
-        let handle = (caller?["handle"] as? String) ?? (payload["handle"] as? String) ?? name
+        let handle = [caller?["handle"] as? String, payload["handle"] as? String, caller?["identity"] as? String]
+            .compactMap { $0 }.first { !$0.isEmpty } ?? name
         let video = (payload["video"] as? Bool) ?? (payload["hasVideo"] as? Bool) ?? false
         update = CallUpdate(handle: handle, displayName: name, hasVideo: video)
         ringExpiresAtMillis = CallManager.number(payload["ring_expires_at"])

@@ -1,4 +1,5 @@
 import Foundation
+import SwitchboardProtocol
 import Synchronization
 
 /// Why the system ended a call it showed (CallKit's `CXCallEndedReason`).
@@ -8,7 +9,7 @@ public enum CallEndedReason: String, Sendable, Equatable {
 
 /// What the call screen shows of a call (CallKit's `CXCallUpdate`).
 public struct CallUpdate: Sendable, Equatable {
-    /// The caller's handle (phone number, email, user name).
+    /// The caller's handle (phone number, email, user name): what Recents calls back.
     public var handle: String
     /// The name the call UI shows.
     public var displayName: String
@@ -40,21 +41,55 @@ public enum CallAction: Sendable, Equatable {
     }
 }
 
-/// Errors the system gives when reporting a call (CallKit's `CXErrorCodeIncomingCallError`).
+/// Errors the system gives when it is asked to show a call (CallKit's
+/// `CXErrorCodeIncomingCallError`) or to perform an action the app asked for
+/// (`CXErrorCodeRequestTransactionError`).
 public enum CallSystemError: Error, Sendable, Equatable {
-    /// A call with this UUID was already reported: it still counts as a report.
+    /// A call with this UUID is already shown: it still counts as a report.
     case callUUIDAlreadyExists
+    /// The app may not show calls (no CallKit entitlement, or CallKit off for the region).
+    case unentitled
     case filteredByDoNotDisturb
-    case unknown
+    case filteredByBlockList
+    /// iOS 17+: filtered while the device is in a restricted sharing mode.
+    case filteredDuringRestrictedSharingMode
+    /// The call is protected and cannot be shown now.
+    case callIsProtected
+    case filteredBySensitiveParticipants
+    /// Requests: the system knows no call with this UUID.
+    case unknownCallUUID
+    /// Requests: as many calls as the configuration allows are up (CallKit's code 7).
+    case maximumCallGroupsReached
+    /// Requests: the provider, transaction or action is not one the system accepts.
+    case invalidAction
+    /// Any other code, kept for the logs.
+    case unknown(Int)
+
+    /// What the server hears when the system did not show a call (`call.decline` with reason
+    /// `filtered`); nil for `callUUIDAlreadyExists`, which is not a refusal.
+    public var filter: CallFilter? {
+        switch self {
+        case .callUUIDAlreadyExists: nil
+        case .filteredByDoNotDisturb: .doNotDisturb
+        case .filteredByBlockList: .blockList
+        case .filteredDuringRestrictedSharingMode, .callIsProtected, .filteredBySensitiveParticipants: .restricted
+        case .unentitled: .unentitled
+        case .unknownCallUUID, .maximumCallGroupsReached, .invalidAction, .unknown: .unknown
+        }
+    }
 }
 
-/// Answers one action, once: `fulfill()` or `fail()`.
+/// Answers one action, once: `fulfill()` or `fail()`, before `deadline` when the system gives
+/// one (CallKit's `CXAction.timeoutDate`).
 public final class ActionCompletion: Sendable {
     private let done: @Sendable (Bool) -> Void
     private let answered = Atomic<Bool>(false)
+    /// When the system gives up on the action (then it calls `timedOutPerforming`).
+    public let deadline: Date?
 
     /// `done` receives true for fulfil, false for fail, once.
-    public init(_ done: @escaping @Sendable (Bool) -> Void) {
+    public init(deadline: Date? = nil, _ done: @escaping @Sendable (Bool) -> Void) {
+        self.deadline = deadline
         self.done = done
     }
 
@@ -63,15 +98,21 @@ public final class ActionCompletion: Sendable {
     /// The action failed.
     public func fail() { finish(false) }
 
+    /// Whether the action was answered, or timed out.
+    public var isComplete: Bool { answered.load(ordering: .acquiring) }
+
     private func finish(_ success: Bool) {
         guard !answered.exchange(true, ordering: .acquiringAndReleasing) else { return }
         done(success)
     }
 
     /// Ends the wait without an answer (the system's timeout); later answers are ignored.
-    func timeOut(_ onTimeout: () -> Void) {
-        guard !answered.exchange(true, ordering: .acquiringAndReleasing) else { return }
+    /// Returns whether it was still waiting.
+    @discardableResult
+    public func timeOut(_ onTimeout: () -> Void = {}) -> Bool {
+        guard !answered.exchange(true, ordering: .acquiringAndReleasing) else { return false }
         onTimeout()
+        return true
     }
 }
 
@@ -79,24 +120,33 @@ public final class ActionCompletion: Sendable {
 public protocol CallSystemDelegate: AnyObject, Sendable {
     /// Perform `action`, then fulfil or fail it, in time.
     func callSystem(perform action: CallAction, completion: ActionCompletion)
+    /// The system gave up on `action` (CallKit's `provider(_:timedOutPerforming:)`): it must not
+    /// be fulfilled any more, and an answer that timed out leaves no call to start media for.
+    func callSystem(timedOutPerforming action: CallAction)
     /// The system activated (true) or deactivated the audio session: start or stop media now.
     func callSystem(didChangeAudioActive active: Bool)
     /// The system dropped every call (CallKit's `providerDidReset`): tear everything down.
     func callSystemDidReset()
 }
 
-/// The seam to the phone's call UI: CallKit on an iPhone (`CallKitSystem`), or
-/// `SimulatedCallSystem` anywhere. The logic of calls lives in `CallManager`, not here.
+/// The seam to the phone's call UI: CallKit on an iPhone (`CallKitSystem`), the app's own UI
+/// where CallKit may not be used (`InAppCallSystem`), or `SimulatedCallSystem` in tests. The
+/// logic of calls lives in `CallManager`, not here.
 public protocol CallSystem: AnyObject, Sendable {
     var delegate: (any CallSystemDelegate)? { get set }
-    /// Shows an incoming call. Must be called before a VoIP push handler returns.
+    /// Shows an incoming call. Must be called before a VoIP push handler returns. `completion`
+    /// runs later (on any queue) once the system showed it (nil) or refused it: the call exists
+    /// only from then on.
     func reportNewIncomingCall(_ id: UUID, update: CallUpdate, completion: @escaping @Sendable (CallSystemError?) -> Void)
     /// Tells the system a call ended without the user's doing.
     func reportCall(_ id: UUID, endedAt: Date, reason: CallEndedReason)
     /// An outgoing call connected.
     func reportOutgoingCallConnected(_ id: UUID)
-    /// Asks the system to perform an action the app's own UI started (a call button).
+    /// Asks the system to perform an action the app's own UI started (a call button); throws a
+    /// `CallSystemError` when the system refuses it.
     func request(_ action: CallAction) async throws
     /// The media layer is about to send or play audio (allowed only after activation).
     func mediaWillStartAudio(_ id: UUID)
+    /// The calls the system shows now (at launch: calls a previous run of the app left behind).
+    var liveCallIDs: [UUID] { get }
 }

@@ -61,3 +61,28 @@ public struct DeviceRegistrar: Sendable {
         token.map { String(format: "%02x", $0) }.joined()
     }
 }
+
+/// Which APNs environment this build's push tokens belong to. It follows the `aps-environment`
+/// entitlement of the provisioning profile the app was signed with, not the build
+/// configuration: a development-signed release build still gets sandbox tokens, and sending
+/// those to production fails with `BadDeviceToken`.
+public enum APNsEnvironmentOfBuild {
+    /// `sandbox` or `production` for the running app: its embedded profile's entitlement, or
+    /// `production` without one (App Store builds carry none).
+    public static var current: String {
+        let profile = Bundle.main.url(forResource: "embedded", withExtension: "mobileprovision").flatMap { try? Data(contentsOf: $0) }
+        return environment(profile: profile)
+    }
+
+    /// The environment a provisioning profile (`embedded.mobileprovision`: a signed envelope
+    /// around a property list) grants: `sandbox` for `aps-environment` = `development`,
+    /// `production` for anything else or no profile.
+    public static func environment(profile: Data?) -> String {
+        guard let profile, let start = profile.range(of: Data("<?xml".utf8)),
+            let end = profile.range(of: Data("</plist>".utf8), in: start.lowerBound..<profile.endIndex),
+            let plist = try? PropertyListSerialization.propertyList(from: profile[start.lowerBound..<end.upperBound], format: nil),
+            let entitlements = (plist as? [String: Any])?["Entitlements"] as? [String: Any]
+        else { return "production" }
+        return entitlements["aps-environment"] as? String == "development" ? "sandbox" : "production"
+    }
+}

@@ -1,15 +1,25 @@
-import SwitchboardProtocol
 import Foundation
+import SwitchboardProtocol
 
-/// A call UI that runs anywhere and enforces what iOS enforces, so call flows are tested
-/// without a phone:
+/// A call UI that runs anywhere and behaves as strictly as CallKit, so call flows are tested
+/// without a phone, and the SDK's mistakes show up as `violations`:
 ///
-/// - a VoIP push whose handler returns without reporting a call is a violation (iOS kills the
-///   app, and stops delivering pushes after repeats);
-/// - every action must be fulfilled or failed within `actionTimeout`;
-/// - one UUID per call (a second report gets `callUUIDAlreadyExists`, which still counts);
-/// - no more than `maximumCallGroups` calls at once: answering one more fails;
-/// - audio may start only after the system activated it.
+/// - a VoIP push whose handler returns without reporting a call (iOS kills the app, and stops
+///   delivering pushes after repeats);
+/// - a report's completion comes later, on another queue (`reportCompletionDelay`); ending a
+///   call before it came back is a violation (CallKit may drop that end and ring on);
+/// - reports can be refused: Do Not Disturb, the block list, no entitlement
+///   (`failNextReport(with:)`, `filterAllReports`);
+/// - a UUID that already ended may be shown again by a new report (`endedUUIDsShowAgain`), as
+///   devices do: the app must end it;
+/// - every action must be fulfilled or failed before its deadline (`actionTimeout`); past it the
+///   delegate hears `timedOutPerforming`, the action counts as neither, and an answer's call ends;
+/// - at most `maximumCallGroups` calls up at once, one per group: a second call is answered by
+///   "End & Accept" or "Hold & Accept" (`userAnswersEndingActive`, `userAnswersHoldingActive`),
+///   and starting one more fails with `maximumCallGroupsReached`;
+/// - requests about unknown calls fail with `unknownCallUUID`;
+/// - audio only after activation; the session is deactivated when the last call ends or goes on
+///   hold, and activated again when it comes off hold.
 ///
 /// Everything is recorded in `timeline`; tests assert on it and on `violations`.
 public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
@@ -23,6 +33,8 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         public var update: CallUpdate
         /// Whether this device placed it.
         public var outgoing: Bool
+        /// Whether the report's completion came back (always true for an outgoing call).
+        public var reported: Bool
         /// Whether it was answered (or connected, for an outgoing call).
         public var answered = false
         /// Whether it is on hold.
@@ -33,6 +45,8 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         public var ended: CallEndedReason?
         /// Whether the user ended it here.
         public var endedByUser = false
+        /// How many times it was shown (a re-shown ended UUID counts again).
+        public var timesShown = 1
     }
 
     private struct State {
@@ -43,20 +57,34 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         var reportedDuringPush = false
         var audioActive = false
         var pendingActions = 0
+        var nextReportErrors: [CallSystemError] = []
+        var nextRequestErrors: [CallSystemError] = []
+        var filterAll: CallSystemError?
     }
 
     /// Receives the user's actions; `CallManager` sets itself.
     public weak var delegate: (any CallSystemDelegate)?
     /// Time an action has to be fulfilled or failed.
     public let actionTimeout: Duration
-    /// Calls that may be up at once.
+    /// Calls that may be up at once (CallKit's `maximumCallGroups`; one call per group).
     public let maximumCallGroups: Int
+    /// How long a report's completion takes to come back (on another queue).
+    public let reportCompletionDelay: Duration
+    /// Whether a new report of a UUID that ended shows it again (as a device may) rather than
+    /// refusing it with `callUUIDAlreadyExists`.
+    public let endedUUIDsShowAgain: Bool
     private let state = Locked(State())
+    private let queue = DispatchQueue(label: "switchboard.simulated-call-ui")
 
     /// A simulated call UI with iOS's limits.
-    public init(actionTimeout: Duration = .seconds(10), maximumCallGroups: Int = 1) {
+    public init(
+        actionTimeout: Duration = .seconds(10), maximumCallGroups: Int = 2, reportCompletionDelay: Duration = .milliseconds(20),
+        endedUUIDsShowAgain: Bool = true
+    ) {
         self.actionTimeout = actionTimeout
         self.maximumCallGroups = maximumCallGroups
+        self.reportCompletionDelay = reportCompletionDelay
+        self.endedUUIDsShowAgain = endedUUIDsShowAgain
     }
 
     /// What happened, in order.
@@ -69,11 +97,29 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     public func call(_ id: UUID) -> Call? { state.withLock { $0.calls[id] } }
     /// Calls shown and not ended.
     public var liveCalls: [Call] { state.withLock { $0.calls.values.filter { $0.ended == nil } } }
+    /// The UUIDs of the calls shown and not ended (see `CallSystem`).
+    public var liveCallIDs: [UUID] { liveCalls.map(\.id) }
     /// Actions performed and not yet fulfilled or failed.
     public var pendingActions: Int { state.withLock { $0.pendingActions } }
+    /// Whether the audio session is active now.
+    public var audioActive: Bool { state.withLock { $0.audioActive } }
+
+    /// The next report is refused with `error` (then reports work again).
+    public func failNextReport(with error: CallSystemError) { state.withLock { $0.nextReportErrors.append(error) } }
+    /// Every report is refused with `error` (Do Not Disturb on), or none with nil.
+    public func filterAllReports(_ error: CallSystemError?) { state.withLock { $0.filterAll = error } }
+    /// The next request is refused with `error`.
+    public func failNextRequest(with error: CallSystemError) { state.withLock { $0.nextRequestErrors.append(error) } }
 
     private func note(_ entry: String) {
         state.withLock { $0.timeline.append(entry) }
+    }
+
+    private func violation(_ text: String) {
+        state.withLock {
+            $0.violations.append(text)
+            $0.timeline.append("VIOLATION " + text)
+        }
     }
 
     // MARK: PushKit
@@ -87,41 +133,58 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
             $0.timeline.append("push delivered")
         }
         handler(payload) { [weak self] in self?.note("push completion called") }
-        state.withLock {
-            $0.pushInProgress = false
-            if !$0.reportedDuringPush {
-                $0.violations.append("a VoIP push was not reported to the call UI before its handler returned: the app would be killed")
-                $0.timeline.append("VIOLATION unreported push")
-            }
+        let reported = state.withLock { state -> Bool in
+            state.pushInProgress = false
+            return state.reportedDuringPush
         }
+        if !reported { violation("a VoIP push was not reported to the call UI before its handler returned: the app would be killed") }
     }
 
     // MARK: CallSystem
 
-    /// Shows an incoming call (see `CallSystem`).
+    /// Shows an incoming call (see `CallSystem`); the completion comes later, on another queue.
     public func reportNewIncomingCall(_ id: UUID, update: CallUpdate, completion: @escaping @Sendable (CallSystemError?) -> Void) {
         let error = state.withLock { state -> CallSystemError? in
             if state.pushInProgress { state.reportedDuringPush = true }
-            if state.calls[id] != nil {
-                state.timeline.append("report \(id) refused: callUUIDAlreadyExists")
-                return .callUUIDAlreadyExists
-            }
-            state.calls[id] = Call(id: id, update: update, outgoing: false)
-            state.timeline.append("incoming \(id) from \(update.displayName)")
+            if !state.nextReportErrors.isEmpty { return state.nextReportErrors.removeFirst() }
+            if let filter = state.filterAll { return filter }
+            if let existing = state.calls[id], existing.ended == nil || !endedUUIDsShowAgain { return .callUUIDAlreadyExists }
             return nil
         }
-        completion(error)
+        if let error {
+            note("report \(id) refused: \(error)")
+        } else {
+            state.withLock { state in
+                let shown = (state.calls[id]?.timesShown ?? 0) + 1
+                var call = Call(id: id, update: update, outgoing: false, reported: false)
+                call.timesShown = shown
+                state.calls[id] = call
+                state.timeline.append("incoming \(id) from \(update.displayName)")
+            }
+        }
+        queue.asyncAfter(deadline: .now() + Self.seconds(reportCompletionDelay)) { [weak self] in
+            if error == nil { self?.state.withLock { $0.calls[id]?.reported = true } }
+            self?.note("report \(id) completed")
+            completion(error)
+        }
     }
 
-    /// Ends a call on the call UI (see `CallSystem`).
+    /// Ends a call on the call UI (see `CallSystem`). Ending a call whose report has not
+    /// completed is a violation: the system may not know the call yet and drop the end.
     public func reportCall(_ id: UUID, endedAt: Date, reason: CallEndedReason) {
-        state.withLock { state in
-            guard var call = state.calls[id], call.ended == nil else { return }
+        let problem = state.withLock { state -> String? in
+            guard var call = state.calls[id], call.ended == nil else { return nil }
+            guard call.reported else { return "call \(id) was ended before its report completed: CallKit may ring on" }
             call.ended = reason
             state.calls[id] = call
             state.timeline.append("ended \(id): \(reason.rawValue)")
-            if state.calls.values.allSatisfy({ $0.ended != nil }) { state.audioActive = false }
+            return nil
         }
+        if let problem {
+            violation(problem)
+            return
+        }
+        updateAudio()
     }
 
     /// Marks an outgoing call connected (see `CallSystem`).
@@ -131,49 +194,79 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
 
     /// Asks the system to perform an action the app started (see `CallSystem`).
     public func request(_ action: CallAction) async throws {
-        if case .start(let id, let handle, let video) = action {
-            state.withLock { $0.calls[id] = Call(id: id, update: CallUpdate(handle: handle, displayName: handle, hasVideo: video), outgoing: true) }
+        let refusal = state.withLock { state -> CallSystemError? in
+            if !state.nextRequestErrors.isEmpty { return state.nextRequestErrors.removeFirst() }
+            if case .start = action {
+                let live = state.calls.values.filter { $0.ended == nil }.count
+                return live >= maximumCallGroups ? .maximumCallGroupsReached : nil
+            }
+            return state.calls[action.callID].map { $0.ended == nil } == true ? nil : .unknownCallUUID
         }
-        guard await perform(action) else { throw CallSystemError.unknown }
+        if let refusal {
+            note("request \(describe(action)) refused: \(refusal)")
+            throw refusal
+        }
+        if case .start(let id, let handle, let video) = action {
+            state.withLock {
+                $0.calls[id] = Call(id: id, update: CallUpdate(handle: handle, displayName: handle, hasVideo: video), outgoing: true, reported: true)
+            }
+        }
+        guard await perform(action) else { throw CallSystemError.invalidAction }
     }
 
     /// Called by the media layer before it plays or records audio (see `CallSystem`).
     public func mediaWillStartAudio(_ id: UUID) {
-        state.withLock { state in
-            if !state.audioActive {
-                state.violations.append("audio started for \(id) before the system activated the audio session")
-                state.timeline.append("VIOLATION audio before activation")
-            } else {
-                state.timeline.append("audio started \(id)")
-            }
-        }
+        if audioActive { note("audio started \(id)") } else { violation("audio started for \(id) before the system activated the audio session") }
     }
 
     // MARK: The user
 
-    /// The user taps Answer.
+    /// The user taps Answer. Refused (as a device would not offer it) when another call is up
+    /// and not on hold: use `userAnswersEndingActive` or `userAnswersHoldingActive`.
     @discardableResult
     public func userAnswers(_ id: UUID) async -> Bool {
         let refused = state.withLock { state -> Bool in
-            let active = state.calls.values.filter { $0.answered && $0.ended == nil && !$0.held }.count
-            return active >= maximumCallGroups
+            let up = state.calls.values.filter { $0.answered && $0.ended == nil }
+            return up.contains { !$0.held } || up.count >= maximumCallGroups
         }
         if refused {
-            note("answer \(id) refused: maximumCallGroups \(maximumCallGroups)")
+            note("answer \(id) refused: another call is up (maximumCallGroups \(maximumCallGroups))")
             return false
         }
         return await perform(.answer(id))
     }
 
+    /// "End & Accept": CallKit ends the call that is up, then answers `id`.
+    @discardableResult
+    public func userAnswersEndingActive(_ id: UUID) async -> Bool {
+        for active in upCalls(except: id) {
+            state.withLock { $0.calls[active.id]?.endedByUser = true }
+            guard await perform(.end(active.id)) else { return false }
+        }
+        return await perform(.answer(id))
+    }
+
+    /// "Hold & Accept": CallKit puts the call that is up on hold, then answers `id`.
+    @discardableResult
+    public func userAnswersHoldingActive(_ id: UUID) async -> Bool {
+        guard upCalls(except: id).count < maximumCallGroups else {
+            note("hold & accept \(id) refused: maximumCallGroups \(maximumCallGroups)")
+            return false
+        }
+        for active in upCalls(except: id) where !active.held {
+            guard await perform(.setHeld(active.id, true)) else { return false }
+        }
+        return await perform(.answer(id))
+    }
+
+    private func upCalls(except id: UUID) -> [Call] {
+        state.withLock { $0.calls.values.filter { $0.answered && $0.ended == nil && $0.id != id } }
+    }
+
     /// The user taps Decline or hangs up.
     @discardableResult
     public func userEnds(_ id: UUID) async -> Bool {
-        state.withLock { state in
-            if var call = state.calls[id] {
-                call.endedByUser = true
-                state.calls[id] = call
-            }
-        }
+        state.withLock { $0.calls[id]?.endedByUser = true }
         return await perform(.end(id))
     }
 
@@ -195,14 +288,18 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         delegate?.callSystemDidReset()
     }
 
-    /// Hands an action to the app and waits up to `actionTimeout` for its answer.
+    // MARK: Actions and audio
+
+    /// Hands an action to the app and waits up to `actionTimeout` for its answer; past it, the
+    /// delegate hears `timedOutPerforming`.
     private func perform(_ action: CallAction) async -> Bool {
         guard let delegate else { return false }
         note("action \(describe(action))")
         state.withLock { $0.pendingActions += 1 }
         let timeout = actionTimeout
+        let deadline = Date().addingTimeInterval(Self.seconds(timeout))
         let answer: Bool? = await withCheckedContinuation { (continuation: CheckedContinuation<Bool?, Never>) in
-            let once = ActionCompletion { success in continuation.resume(returning: success) }
+            let once = ActionCompletion(deadline: deadline) { success in continuation.resume(returning: success) }
             delegate.callSystem(perform: action, completion: once)
             Task {
                 try? await Task.sleep(for: timeout)
@@ -211,25 +308,20 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         }
         state.withLock { $0.pendingActions -= 1 }
         guard let success = answer else {
-            state.withLock {
-                $0.violations.append("action \(describe(action)) was neither fulfilled nor failed within \(actionTimeout)")
-                $0.timeline.append("VIOLATION action timed out")
+            violation("action \(describe(action)) was neither fulfilled nor failed within \(timeout)")
+            if case .answer(let id) = action {
+                // A device ends a call whose answer timed out.
+                state.withLock { $0.calls[id]?.ended = .failed }
             }
+            delegate.callSystem(timedOutPerforming: action)
+            updateAudio()
             return false
         }
         note("\(success ? "fulfilled" : "failed") \(describe(action))")
         guard success else { return false }
-        var activate = false
         state.withLock { state in
             switch action {
-            case .answer(let id):
-                state.calls[id]?.answered = true
-                activate = !state.audioActive
-                if activate { state.audioActive = true }
-            case .start(let id, _, _):
-                state.calls[id]?.answered = true
-                activate = !state.audioActive
-                if activate { state.audioActive = true }
+            case .answer(let id), .start(let id, _, _): state.calls[id]?.answered = true
             case .end(let id):
                 if state.calls[id]?.ended == nil { state.calls[id]?.ended = .remoteEnded }
             case .setMuted(let id, let muted): state.calls[id]?.muted = muted
@@ -237,11 +329,21 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
             case .playDTMF: break
             }
         }
-        if activate {
-            note("audio activated")
-            delegate.callSystem(didChangeAudioActive: true)
-        }
+        updateAudio()
         return true
+    }
+
+    /// Activates the audio session while some call is up and not on hold, deactivates it
+    /// otherwise, telling the delegate of each change (CallKit's `didActivate`/`didDeactivate`).
+    private func updateAudio() {
+        let change = state.withLock { state -> Bool? in
+            let wanted = state.calls.values.contains { $0.answered && $0.ended == nil && !$0.held }
+            guard wanted != state.audioActive else { return nil }
+            state.audioActive = wanted
+            state.timeline.append(wanted ? "audio activated" : "audio deactivated")
+            return wanted
+        }
+        if let change { delegate?.callSystem(didChangeAudioActive: change) }
     }
 
     private func describe(_ action: CallAction) -> String {
@@ -253,5 +355,9 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         case .setHeld(let id, let held): "hold \(id) \(held)"
         case .playDTMF(let id, let digits): "dtmf \(id) \(digits)"
         }
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }

@@ -208,6 +208,10 @@ actor Softphone {
             say("event: audio \(active ? "active" : "inactive")")
         case .muted(_, let muted): say("event: \(muted ? "muted" : "unmuted")")
         case .held(_, let held): say("event: \(held ? "on hold" : "resumed")")
+        case .remoteHeld(_, let by, let held): say("event: \(by) \(held ? "put the call on hold" : "resumed the call")")
+        case .reportRefused(let id, let error):
+            seen.append("filtered")
+            say("event: not shown \(id.uuidString.lowercased()) (\(error))")
         }
     }
 

@@ -73,6 +73,7 @@ enum SandboxCommand {
         }
 
         signal(SIGPIPE, SIG_IGN)
+        let termination = Termination()
         let sandbox = try APNsSandbox(configuration: configuration, logger: Logger(minimumLevel: .warning))
         print("""
             APNs sandbox: \(sandbox.url)  (HTTP/2 over TLS)
@@ -82,7 +83,7 @@ enum SandboxCommand {
                    --url \(sandbox.url) --ca-file \(sandbox.certificatePath)
             """)
         fflush(nil)
-        await waitForTermination()
+        await termination.wait()
         sandbox.stop()
         return 0
     }

@@ -59,6 +59,7 @@ enum ServeCommand {
         }
 
         signal(SIGPIPE, SIG_IGN)
+        let termination = Termination()
         // A server needs more descriptors than the interactive default (1,024); max_connections
         // is derived from what this gives unless set.
         DescriptorLimit.raiseToHardLimit()
@@ -82,7 +83,7 @@ enum ServeCommand {
         print("Switchboard is running: \(server.publicURL)  (Ctrl-C to stop)\n")
         fflush(nil)
 
-        await waitForTermination()
+        await termination.wait()
         server.shutdown()
         return 0
     }

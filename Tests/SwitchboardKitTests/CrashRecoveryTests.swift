@@ -34,7 +34,7 @@ final class ServerProcess: Sendable {
         process.executableURL = URL(fileURLWithPath: productsDirectory + "/switchboard")
         process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice
-        if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
+        if !FileManager.default.fileExists(atPath: logPath) { _ = FileManager.default.createFile(atPath: logPath, contents: nil) }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         log.seekToEndOfFile()
         process.standardError = log

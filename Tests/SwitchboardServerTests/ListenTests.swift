@@ -5,30 +5,68 @@ import SwitchboardSystem
 import SwitchboardTesting
 import Testing
 
-/// Whether a TCP connect to `ip`:`port` is answered (a listener there), within a second.
-func canConnect(_ ip: String, _ port: Int) -> Bool {
-    let v6 = ip.contains(":")
-    let fd = socket(v6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return false }
-    defer { close(fd) }
-    var timeout = timeval(tv_sec: 1, tv_usec: 0)
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-    if v6 {
+/// Calls `body` with `ip`:`port` as a socket address (nil when `ip` is not a literal).
+func withAddress<T>(_ ip: String, _ port: Int, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T? {
+    if ip.contains(":") {
         var address = sockaddr_in6()
         address.sin6_family = sa_family_t(AF_INET6)
         address.sin6_port = in_port_t(UInt16(port).bigEndian)
-        guard inet_pton(AF_INET6, ip, &address.sin6_addr) == 1 else { return false }
+        guard inet_pton(AF_INET6, ip, &address.sin6_addr) == 1 else { return nil }
         return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) == 0 }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
         }
     }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_port = in_port_t(UInt16(port).bigEndian)
-    guard inet_pton(AF_INET, ip, &address.sin_addr) == 1 else { return false }
+    guard inet_pton(AF_INET, ip, &address.sin_addr) == 1 else { return nil }
     return withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
     }
+}
+
+/// Whether a TCP connect to `ip`:`port` is answered (a listener there), within a second.
+func canConnect(_ ip: String, _ port: Int) -> Bool {
+    let fd = socket(ip.contains(":") ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var timeout = timeval(tv_sec: 1, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    return withAddress(ip, port) { connect(fd, $0, $1) == 0 } ?? false
+}
+
+/// Ports held by bound sockets that never listen: a connect to them is refused, and no other
+/// process can listen on them, so "nothing answers there" is about the server under test, not
+/// about whatever else on the machine picked the same port number.
+final class ReservedPort {
+    let port: Int
+    private var descriptors: [Int32] = []
+
+    /// Reserves one port on every address in `ips` (a port the kernel picks for the first).
+    init?(on ips: [String]) {
+        var port = 0
+        for ip in ips {
+            let fd = socket(ip.contains(":") ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard fd >= 0 else { return nil }
+            descriptors.append(fd)
+            guard withAddress(ip, port, { bind(fd, $0, $1) == 0 }) == true else { return nil }
+            if port == 0 {
+                var address = sockaddr_storage()
+                var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+                _ = withUnsafeMutablePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+                }
+                port = withUnsafePointer(to: &address) { pointer in
+                    ip.contains(":")
+                        ? pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin6_port)) }
+                        : pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin_port)) }
+                }
+            }
+        }
+        self.port = port
+    }
+
+    deinit { descriptors.forEach { close($0) } }
 }
 
 /// Whether this machine has IPv6 loopback (some containers turn IPv6 off).
@@ -87,19 +125,29 @@ func resolved(_ name: String) -> Set<String> {
             print("skipped: --host \(host) needs IPv6 loopback, which this machine does not have")
             return
         }
-        let (process, directory) = try serve(["--host", host])
+        // The addresses that must stay silent are held on the server's port, so another test's
+        // listener cannot answer there by chance.
+        let silentHere = silent.filter { !$0.contains(":") || hasIPv6Loopback }
+        var reserved: ReservedPort?
+        if !silentHere.isEmpty {
+            reserved = ReservedPort(on: silentHere)
+            try #require(reserved != nil, "reserving a port on \(silentHere)")
+        }
+        let (process, directory) = try serve(["--host", host, "--port", String(reserved?.port ?? 0)])
         defer {
             _ = try? process.stop()
             try? FileManager.default.removeItem(atPath: directory)
         }
         let port = try process.waitForPort()
+        #expect(reserved == nil || reserved?.port == port)
         _ = try process.waitFor(/(Switchboard is running)/, inOutput: true, what: "the running line")
         for ip in answering where !ip.contains(":") || hasIPv6Loopback {
             #expect(canConnect(ip, port), "--host \(host): \(ip) must answer")
         }
-        for ip in silent where !ip.contains(":") || hasIPv6Loopback {
+        for ip in silentHere {
             #expect(!canConnect(ip, port), "--host \(host): \(ip) must not answer")
         }
+        withExtendedLifetime(reserved) {}
         let healthz = try HTTPClient.perform("GET", "http://\(SocketAddress.urlHost(answering[0])):\(port)/healthz")
         #expect(healthz.status == 200)
     }
@@ -149,7 +197,7 @@ func resolved(_ name: String) -> Set<String> {
         first.kill9()
         let (third, _) = try serve([], directory: directory)
         _ = try third.waitForPort()
-        #expect(try third.stop() == 0)
+        #expect(try third.stop() == 0, "\(third.standardError.suffix(2000))")
     }
 
     @Test func startupErrorsReadAsSentences() throws {

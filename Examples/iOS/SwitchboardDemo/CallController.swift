@@ -1,31 +1,29 @@
-import CallKit
 import Foundation
 import PushKit
 import SwitchboardKit
 import UIKit
+import UserNotifications
 
 /// Owns the SDK objects for the app's lifetime.
 @MainActor
-final class CallController: ObservableObject {
-    @Published var status = "starting"
-    @Published var current: UUID?
+final class CallController {
+    /// The screen shows these; `onChange` tells it to redraw.
+    var status = "starting" { didSet { onChange?() } }
+    private(set) var current: UUID? { didSet { onChange?() } }
+    /// An incoming call ringing in the app's own screen (CallKit off).
+    private(set) var ringingInApp: (UUID, CallUpdate)? { didSet { onChange?() } }
+    var onChange: (() -> Void)?
 
     private let serverURL = URL(string: "https://calls.example.com")!
+    /// Decided once, at launch: no CallKit and no VoIP registration in mainland China.
+    let policy = RegionPolicy.forRegion(Locale.current.region?.identifier)
     private var client: SwitchboardClient!
     private var manager: CallManager!
-    private var pushKit: PushKitBridge!
-    private let system = CallKitSystem(configuration: {
-        var configuration = CallKitSystem.Configuration()
-        configuration.supportsVideo = true
-        configuration.maximumCallGroups = 1  // no "Hold & Accept" unless the app can hold
-        return configuration
-    }())
+    private var system: (any CallSystem)!
+    private var pushKit: PushKitBridge?
     private let media = MediaBridge()
     private var voipToken: Data?
     private var regularToken: Data?
-
-    /// The region policy: no CallKit and no VoIP registration in mainland China.
-    private var policy: RegionPolicy { RegionPolicy.forRegion(Locale.current.region?.identifier) }
 
     /// Synchronous, at launch: PushKit and CallKit must be wired before anything else.
     func startAtLaunch() {
@@ -33,16 +31,35 @@ final class CallController: ObservableObject {
         client = try! SwitchboardClient(serverURL: serverURL, deviceID: deviceID) {
             try await Backend.switchboardToken()  // your backend signs it with the app secret
         }
+        if policy == .callKit {
+            var configuration = CallKitSystem.Configuration()
+            configuration.supportsVideo = true
+            system = CallKitSystem(configuration: configuration)
+        } else {
+            // No CXProvider may exist here: the app's own screen rings (from alert pushes).
+            let inApp = InAppCallSystem()
+            system = inApp
+            Task { await followInApp(inApp) }
+            UNUserNotificationCenter.current().requestAuthorization(options: [.alert, .sound]) { _, _ in }
+        }
         manager = CallManager(client: client, system: system)
         manager.start()
-        pushKit = PushKitBridge(calls: manager, policy: policy) { [weak self] token in
-            Task { @MainActor in self?.voipTokenChanged(token) }
+        if policy == .callKit {
+            pushKit = PushKitBridge(
+                calls: manager, policy: policy,
+                onToken: { [weak self] token in Task { @MainActor in self?.voipTokenChanged(token) } },
+                onTokenInvalidated: { [weak self] in Task { @MainActor in self?.voipTokenChanged(nil) } })
         }
         UIApplication.shared.registerForRemoteNotifications()
         Task { await follow() }
         Task {
-            try? await client.connect()
-            status = "connected"
+            do {
+                try await client.connect()
+                status = "connected"
+            } catch {
+                status = "not connected: \(error)"
+            }
+            await manager.reconcileWithSystem()  // calls an earlier run left in CallKit
         }
     }
 
@@ -54,16 +71,40 @@ final class CallController: ObservableObject {
             case .audioActive(let active):
                 // Only now may WebRTC touch the audio session (manual audio mode).
                 active ? media.startAudio() : media.stopAudio()
+            case .held(_, let held):
+                held ? media.pause() : media.resume()
             case .ended(let id, _), .endedLocally(let id):
                 if current == id { current = nil }
-                media.stopAudio()
+                if ringingInApp?.0 == id { ringingInApp = nil }
+                // Audio stops with CallKit's deactivation; without CallKit, when no call is left.
+                if manager.liveCallIDs.isEmpty && policy == .noCallKit { media.stopAudio() }
+            case .reportRefused(_, let error):
+                status = "a call was not shown (\(error))"
             default:
                 break
             }
         }
     }
 
-    func voipTokenChanged(_ token: Data) {
+    private func followInApp(_ inApp: InAppCallSystem) async {
+        for await event in inApp.events {
+            switch event {
+            case .incoming(let id, let update): ringingInApp = (id, update)
+            case .connected, .ended, .endedByUser: ringingInApp = nil
+            default: break
+            }
+        }
+    }
+
+    /// An alert push (CallKit off): the call rings in the app.
+    func alertPush(_ userInfo: [AnyHashable: Any]) {
+        guard policy == .noCallKit else { return }
+        var payload: [String: Any] = [:]
+        for (key, value) in userInfo { if let key = key as? String { payload[key] = value } }
+        manager.handleIncomingAlertPush(userInfo: payload)
+    }
+
+    func voipTokenChanged(_ token: Data?) {
         voipToken = token
         register()
     }
@@ -78,35 +119,62 @@ final class CallController: ObservableObject {
         let (voip, regular, policy) = (voipToken, regularToken, policy)
         Task {
             try? await registrar.register(
-                voipToken: voip, apnsToken: regular, environment: Self.apnsEnvironment,
+                voipToken: voip, apnsToken: regular, environment: APNsEnvironmentOfBuild.current,
                 bundleID: Bundle.main.bundleIdentifier ?? "", appVersion: Bundle.main.infoDictionary?["CFBundleShortVersionString"] as? String,
                 policy: policy)
         }
     }
 
-    /// Debug builds get sandbox tokens, TestFlight and App Store builds production ones.
-    static var apnsEnvironment: String {
-        #if DEBUG
-        "sandbox"
-        #else
-        "production"
-        #endif
-    }
-
-    func call(_ user: String) {
-        Task { current = try? await manager.startCall(to: [user], video: false) }
+    func call(_ user: String, video: Bool = false) {
+        Task {
+            do {
+                current = try await manager.startCall(to: [user], video: video)
+            } catch {
+                status = "call failed: \(error)"
+            }
+        }
     }
 
     func hangUp() {
         guard let current else { return }
-        Task { try? await system.request(.end(current)) }
+        if let inApp = system as? InAppCallSystem {
+            Task { await inApp.end(current) }
+        } else {
+            Task { try? await system.request(.end(current)) }
+        }
     }
+
+    /// The in-app ringing screen's buttons (CallKit off).
+    func answerInApp() {
+        guard let (id, _) = ringingInApp, let inApp = system as? InAppCallSystem else { return }
+        Task { await inApp.answer(id) }
+    }
+
+    func declineInApp() {
+        guard let (id, _) = ringingInApp, let inApp = system as? InAppCallSystem else { return }
+        Task { await inApp.end(id) }
+    }
+
+    /// A notification's `userInfo` carried across to the main actor (its values are plist types).
+    nonisolated static func sendable(_ userInfo: [AnyHashable: Any]) -> UncheckedUserInfo {
+        UncheckedUserInfo(value: userInfo)
+    }
+}
+
+/// Safety: a notification's userInfo holds property-list values only, read on one actor.
+struct UncheckedUserInfo: @unchecked Sendable {
+    let value: [AnyHashable: Any]
 }
 
 /// Where the app's WebRTC engine plugs in: join the call's room (`Room.join`), exchange
 /// offers/answers/candidates with `room.signal(to:)`, and start audio only when CallKit
 /// activated the session.
 final class MediaBridge {
+    init() {
+        // At launch, before any call: WebRTC must leave the audio session to CallKit.
+        // RTCAudioSession.sharedInstance().useManualAudio = true
+    }
+
     func startAudio() {
         // RTCAudioSession.sharedInstance().audioSessionDidActivate(AVAudioSession.sharedInstance())
         // RTCAudioSession.sharedInstance().isAudioEnabled = true
@@ -114,6 +182,14 @@ final class MediaBridge {
 
     func stopAudio() {
         // RTCAudioSession.sharedInstance().isAudioEnabled = false
+    }
+
+    func pause() {
+        // The call is on hold: stop sending and playing.
+    }
+
+    func resume() {
+        // Off hold: media resumes once the session is active again (audioActive(true)).
     }
 }
 

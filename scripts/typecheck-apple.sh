@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Type-checks the Apple-only code on Linux: SwitchboardKit (with its CallKit, PushKit, audio
+# session and Recents bridges) and every Swift file of Examples/iOS, in Swift 6 mode with
+# complete concurrency checking, against hand-written stub modules of Apple's frameworks
+# (Tests/AppleStubs; `SWITCHBOARD_APPLE_STUBS` stands in for `os(iOS)`). Then three checks:
+#   strict  - the stubs' Objective-C optional requirements made required: what the SDK and the
+#             example leave unimplemented must be exactly Tests/AppleStubs/unimplemented.txt,
+#             so a delegate method whose signature misses its requirement (it would compile, and
+#             never be called on a device) fails here;
+#   misspelt - the strict check itself fails on a copy of the SDK with one delegate method
+#             misspelt;
+#   macOS   - with the frameworks importable but not building for iOS (as on a Mac), none of the
+#             Apple-only types is compiled (CallKit's call types are unavailable on macOS).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=.build/apple-typecheck
+stubs=Tests/AppleStubs
+rm -rf "$out"
+mkdir -p "$out"
+flags=(-swift-version 6 -strict-concurrency=complete -parse-as-library)
+
+# Stub modules, in dependency order, into $1 (with extra flags after).
+build_stubs() {
+  local into=$1; shift
+  mkdir -p "$into"
+  for module in AppleFoundation AVFoundation CallKit PushKit UserNotifications Intents UIKit; do
+    swiftc -emit-module "${flags[@]}" -module-name "$module" -I "$into" -emit-module-path "$into/$module.swiftmodule" \
+      "$@" "$stubs/$module"/*.swift
+  done
+}
+
+# SwitchboardKit from $2 (a folder of its sources) against stubs $1, into $3; more flags after.
+build_kit() {
+  local with=$1 sources=$2 into=$3; shift 3
+  mkdir -p "$into"
+  swiftc -emit-module "${flags[@]}" -module-name SwitchboardKit -I "$out/protocol" -I "$with" \
+    -D SWITCHBOARD_TYPECHECK_URLSESSION "$@" -emit-module-path "$into/SwitchboardKit.swiftmodule" "$sources"/*.swift
+}
+
+started=$(date +%s)
+mkdir -p "$out/protocol"
+swiftc -emit-module "${flags[@]}" -module-name SwitchboardProtocol -emit-module-path "$out/protocol/SwitchboardProtocol.swiftmodule" \
+  Sources/SwitchboardProtocol/*.swift
+
+# 1. The SDK and the example against the stubs.
+build_stubs "$out/stubs"
+build_kit "$out/stubs" Sources/SwitchboardKit "$out/kit" -D SWITCHBOARD_APPLE_STUBS
+swiftc -typecheck -swift-version 6 -strict-concurrency=complete -I "$out/protocol" -I "$out/stubs" -I "$out/kit" \
+  Examples/iOS/SwitchboardDemo/*.swift
+echo "apple typecheck: SwitchboardKit and Examples/iOS type-check against the stubs (Swift 6, complete concurrency checking)"
+
+# 2. Strict: every optional requirement required; list what is not implemented.
+build_stubs "$out/strict-stubs" -D STRICT_DELEGATES
+missing() {  # missing KIT_SOURCES: the requirements the SDK and the example leave out, one per line
+  local kit_out; kit_out=$(mktemp -d)
+  {
+    build_kit "$out/strict-stubs" "$1" "$kit_out" -D SWITCHBOARD_APPLE_STUBS 2>&1 || true
+    # The example, against the SDK built normally (its own conformances are what is checked).
+    swiftc -typecheck -swift-version 6 -I "$out/protocol" -I "$out/strict-stubs" -I "$out/kit" \
+      Examples/iOS/SwitchboardDemo/*.swift 2>&1 || true
+  } | sed -n -e "s/.*protocol requires \(function\|property\) '\([^']*\)'.*/\2/p" \
+        -e "s/.*multiple matching \(functions\|properties\) named '\([^']*\)'.*/\2/p" | sort -u
+  rm -rf "$kit_out"
+}
+allowed=$(grep -v '^#' "$stubs/unimplemented.txt" | sed 's/[[:space:]]*#.*//' | sed '/^$/d' | sort -u)
+found=$(missing Sources/SwitchboardKit)
+if [ "$found" != "$allowed" ]; then
+  echo "apple typecheck: the delegate requirements left unimplemented differ from $stubs/unimplemented.txt" >&2
+  diff <(echo "$allowed") <(echo "$found") >&2 || true
+  echo "(< listed but implemented now; > not implemented: a misspelt method, or one to list with its reason)" >&2
+  exit 1
+fi
+echo "apple typecheck: strict build: every implemented delegate method satisfies a requirement ($(echo "$found" | wc -l) optional ones deliberately left out)"
+
+# 3. The strict check catches a misspelt delegate method.
+misspelt=$(mktemp -d)
+cp Sources/SwitchboardKit/*.swift "$misspelt"/
+sed -i 's/didActivate audioSession: AVAudioSession)/didActivateAudio audioSession: AVAudioSession)/' "$misspelt/CallKitSystem.swift"
+grep -q didActivateAudio "$misspelt/CallKitSystem.swift"
+if [ "$(missing "$misspelt")" = "$allowed" ] || ! missing "$misspelt" | grep -q 'provider(_:didActivate:)'; then
+  echo "apple typecheck: the strict check did not catch a misspelt provider(_:didActivate:)" >&2
+  exit 1
+fi
+rm -rf "$misspelt"
+echo "apple typecheck: a misspelt provider(_:didActivate:) is caught by the strict check"
+
+# 4. As on macOS: the frameworks importable, the target not iOS: no Apple-only type compiled.
+build_kit "$out/stubs" Sources/SwitchboardKit "$out/kit-macos"
+for symbol in CallKitSystem PushKitBridge RecentsCallBack CallAudioSession; do
+  probe=$(mktemp -d)
+  echo "import SwitchboardKit; let probe: Any.Type = $symbol.self" > "$probe/probe.swift"
+  if swiftc -typecheck -I "$out/protocol" -I "$out/stubs" -I "$out/kit-macos" "$probe/probe.swift" 2>/dev/null; then
+    echo "apple typecheck: $symbol is compiled where os(iOS) is false: it would break a Mac build (D1)" >&2
+    exit 1
+  fi
+  rm -rf "$probe"
+done
+echo "apple typecheck: outside iOS the Apple-only code is compiled out ($(( $(date +%s) - started )) s in all)"
