@@ -14,10 +14,10 @@ run: deps
 
 test: test-deps
 	$(SWIFT) build --build-tests
-	$(SWIFT) test
-	scripts/fuzz.sh replay .build/debug/switchboard-fuzz
+	scripts/test-count.sh swift $(SWIFT) test
+	scripts/fuzz.sh replay
 	scripts/autobahn.sh .build/debug/switchboard $(VENV)
-	scripts/interop.sh .build/debug/switchboard $(VENV)
+	scripts/test-count.sh interop scripts/interop.sh .build/debug/switchboard $(VENV)
 	scripts/typecheck-apple.sh
 
 build: deps

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzing of every parser of outside input (docs/security.md).
-#   scripts/fuzz.sh replay BINARY   replays the seeds and the committed regression inputs
-#                                   through a normal build of switchboard-fuzz (make test)
+#   scripts/fuzz.sh replay          replays every seed and committed regression input through
+#                                   switchboard-fuzz built with AddressSanitizer (make test);
+#                                   fails on a missing folder, on a target with nothing to
+#                                   replay, and on any crash or memory error
 #   scripts/fuzz.sh run             builds switchboard-fuzz with libFuzzer and AddressSanitizer
 #                                   and fuzzes each target FUZZ_SECONDS (default 60) (make fuzz)
 # A crash leaves its input in fuzz/regressions/TARGET/: commit it with the fix, and make test
@@ -13,9 +15,15 @@ if [ -n "${FUZZ_TARGETS:-}" ]; then IFS=, read -r -a targets <<<"$FUZZ_TARGETS";
 
 case "${1:-}" in
 replay)
-  binary=${2:?usage: scripts/fuzz.sh replay BINARY}
+  scratch=.build/fuzz-replay
+  swift build --product switchboard-fuzz --scratch-path "$scratch" -Xswiftc -sanitize=address >"$scratch.log" 2>&1 \
+    || { cat "$scratch.log"; exit 1; }
+  binary="$scratch/debug/switchboard-fuzz"
+  # Every target the harness has is replayed, and only those.
+  listed=$({ "$binary" 2>&1 || true; } | sed -n 's/^targets: //p' | tr -d ' ' | tr ',' '\n' | sort)
+  [ "$listed" = "$(printf '%s\n' "${targets[@]}" | sort)" ] || { echo "fuzz: the harness has targets ($listed) this script does not list" >&2; exit 1; }
   for target in "${targets[@]}"; do
-    "$binary" replay "$target" "fuzz/seeds/$target" "fuzz/regressions/$target"
+    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 "$binary" replay "$target" "fuzz/seeds/$target" "fuzz/regressions/$target"
   done
   ;;
 run)
@@ -44,7 +52,7 @@ run)
   echo "fuzzing: no crash in ${#targets[@]} targets, ${seconds}s each"
   ;;
 *)
-  echo "usage: scripts/fuzz.sh replay BINARY | run" >&2
+  echo "usage: scripts/fuzz.sh replay | run" >&2
   exit 2
   ;;
 esac

@@ -8,7 +8,8 @@ binary="$(realpath "${1:?usage: interop.sh SWITCHBOARD_BINARY [VENV]}")"
 venv="$(realpath "${2:-.build/venv}")"
 cd "$(dirname "$0")/../tests/interop"
 export SWITCHBOARD_BIN="$binary"
-run=("$venv/bin/pytest" -q -rs -p no:cacheprovider .)
+# Every test is bounded (pytest-timeout): a hang fails it, naming the test, instead of the run.
+run=("$venv/bin/pytest" -q -rs -p no:cacheprovider --timeout=300 .)
 if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && command -v ip >/dev/null; then
   exec unshare -n sh -c 'ip link set lo up && exec "$@"' sh "${run[@]}"
 fi

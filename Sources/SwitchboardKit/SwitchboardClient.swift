@@ -156,9 +156,10 @@ public actor SwitchboardClient {
         subscribers.finish()
     }
 
-    /// Drops the connection as a network failure would (for tests): the client reconnects and resumes.
+    /// Drops the connection as a network failure does (for tests): the TCP connection is reset
+    /// with no close frame; the client reconnects and resumes.
     public func simulateNetworkDrop() {
-        connection?.close(code: 4000)
+        connection?.abort()
     }
 
     /// Sends a request and waits for its reply's data, at most `timeout` (default:

@@ -22,6 +22,8 @@ public protocol WebSocketConnection: Sendable {
     func send(_ text: String)
     /// Starts the closing handshake with `code`.
     func close(code: UInt16)
+    /// Drops the connection at once, with no closing handshake (as a network failure would).
+    func abort()
 }
 
 /// Opens WebSocket connections: libwebsockets' client on Linux (`LibWebSocketsTransport`),
@@ -103,6 +105,7 @@ public final class LibWebSocketsTransport: WebSocketTransport {
 
         func send(_ text: String) { client.send(text: text) }
         func close(code: UInt16) { client.close(code: code) }
+        func abort() { client.abort() }
     }
 }
 
@@ -173,6 +176,10 @@ public final class URLSessionWebSocketTransport: WebSocketTransport {
 
         func close(code: UInt16) {
             task.cancel(with: URLSessionWebSocketTask.CloseCode(rawValue: Int(code)) ?? .normalClosure, reason: nil)
+        }
+
+        func abort() {
+            task.cancel()  // no close frame: the task's connection is torn down
         }
     }
 }

@@ -609,6 +609,13 @@ public final class HTTPServer: @unchecked Sendable {
     private var nextID: UInt64 = 0
     /// The network connections accepted and not yet destroyed (by wsi), for `maxConnections`.
     private var accepted: Set<UInt> = []
+    /// HTTP connections waiting for a request (since they were accepted, since the head when a
+    /// body is to follow, or since their last answer), by wsi, with when it must have arrived
+    /// (monotonic µs): `httpTimeoutSeconds`. None while a request is answered, none for
+    /// WebSockets. libwebsockets 4.1's own timeouts cannot do it: on a libev loop they fire only
+    /// when an earlier timer of its own does (measured: a stalled head dropped after 28 s, not 2).
+    private var httpDeadlines: [UInt: UInt64] = [:]
+    private var httpDeadlineSweepScheduled = false
     /// `options.maxConnections`, or the descriptor limit's share when that is 0.
     public let maxConnections: Int
 
@@ -654,8 +661,10 @@ public final class HTTPServer: @unchecked Sendable {
         lws_callback_on_writable(conn.wsi)
     }
 
-    /// Queues a WebSocket message. Returns false (and drops the connection with 1008) when the
-    /// queued bytes would pass the limit. Loop thread only.
+    /// Queues a WebSocket message. Returns false (and drops the connection) when the queued bytes
+    /// would pass the limit: what is queued is discarded, and a close with 1008 follows what the
+    /// kernel already holds; a peer that does not take even that within the idle timeout is
+    /// reset. Loop thread only.
     @discardableResult
     public func send(_ frame: OutboundFrame, to connection: ConnectionID) -> Bool {
         guard let conn = connections[connection], conn.isWebSocket, conn.closeRequested == nil else { return false }
@@ -664,8 +673,14 @@ public final class HTTPServer: @unchecked Sendable {
             logger.warning(
                 "dropping slow consumer",
                 ["conn": connection.description, "queued_bytes": String(conn.sendQueue.bytes)])
+            conn.sendQueue = SendQueue()
             close(connection, code: 1008, reason: "send queue full")
             conn.closeReason = .slowConsumer
+            let wsi = conn.wsi
+            loop.schedule(after: .seconds(max(1, options.idleTimeoutSeconds))) { [weak self] in
+                guard let self, self.connections[connection]?.wsi == wsi else { return }
+                lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, -1)  // LWS_TO_KILL_ASYNC
+            }
             return false
         }
         conn.sendQueue.append(frame)
@@ -857,7 +872,8 @@ public final class HTTPServer: @unchecked Sendable {
                 setsockopt(fd, SOL_TCP, TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
                 // On failure libwebsockets closes the descriptor itself.
                 guard let wsi = lws_adopt_socket_vhost(vhost, fd) else { continue }
-                accepted.insert(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi))))
+                accepted.insert(Self.key(wsi))
+                awaitRequest(wsi)
             case .outOfDescriptors:
                 let shed = sockets.shed(index, limit: 64)
                 if shed > 0 { handler?.connectionsRefused(shed, reason: .outOfDescriptors) }
@@ -870,6 +886,37 @@ public final class HTTPServer: @unchecked Sendable {
                 return
             }
         }
+    }
+
+    private static func key(_ wsi: OpaquePointer) -> UInt {
+        UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi)))
+    }
+
+    /// The connection is to send a (next) request, or the rest of one, within the time allowed.
+    private func awaitRequest(_ wsi: OpaquePointer) {
+        httpDeadlines[Self.key(wsi)] = EventLoop.nowMicros() + UInt64(max(1, options.httpTimeoutSeconds)) * 1_000_000
+        guard !httpDeadlineSweepScheduled else { return }
+        httpDeadlineSweepScheduled = true
+        loop.schedule(after: .milliseconds(250)) { [weak self] in self?.sweepHTTPDeadlines() }
+    }
+
+    /// A whole request arrived (or the connection became a WebSocket): no deadline until answered.
+    private func requestArrived(_ wsi: OpaquePointer) {
+        httpDeadlines.removeValue(forKey: Self.key(wsi))
+    }
+
+    /// Drops the connections whose request did not arrive in time, without an answer.
+    private func sweepHTTPDeadlines() {
+        httpDeadlineSweepScheduled = false
+        let now = EventLoop.nowMicros()
+        for (key, deadline) in httpDeadlines where deadline <= now {
+            httpDeadlines.removeValue(forKey: key)
+            guard let wsi = OpaquePointer(bitPattern: key) else { continue }
+            lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, -1)  // LWS_TO_KILL_ASYNC
+        }
+        guard !httpDeadlines.isEmpty else { return }
+        httpDeadlineSweepScheduled = true
+        loop.schedule(after: .milliseconds(250)) { [weak self] in self?.sweepHTTPDeadlines() }
     }
 
     private func connection(for wsi: OpaquePointer) -> Connection {
@@ -906,6 +953,7 @@ public final class HTTPServer: @unchecked Sendable {
             return 0
 
         case LWS_CALLBACK_HTTP:
+            requestArrived(wsi)
             let conn = connection(for: wsi)
             conn.pendingResponse = nil
             conn.responseOffset = 0
@@ -923,7 +971,10 @@ public final class HTTPServer: @unchecked Sendable {
                 return 0
             }
             conn.request = request
-            if declaredLength > 0 { return 0 }  // wait for the body
+            if declaredLength > 0 {
+                awaitRequest(wsi)  // the body, in the time allowed
+                return 0
+            }
             conn.request = nil
             handler?.handle(request, on: conn.id)
             return 0
@@ -942,6 +993,7 @@ public final class HTTPServer: @unchecked Sendable {
             return 0
 
         case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+            requestArrived(wsi)
             guard let conn = existingConnection(for: wsi), let request = conn.request else { return 0 }
             conn.request = nil
             handler?.handle(request, on: conn.id)
@@ -952,9 +1004,10 @@ public final class HTTPServer: @unchecked Sendable {
             return writeResponse(conn)
 
         case LWS_CALLBACK_HTTP_FILE_COMPLETION:
-            return lws_http_transaction_completed(wsi) != 0 ? -1 : 0
+            return transactionCompleted(wsi)
 
         case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+            requestArrived(wsi)
             let conn = connection(for: wsi)
             guard let upgrade = input.map({ String(cString: $0.assumingMemoryBound(to: CChar.self)) }),
                 upgrade.lowercased() == "websocket", var request = readRequestHead(wsi)
@@ -1042,7 +1095,8 @@ public final class HTTPServer: @unchecked Sendable {
 
         case LWS_CALLBACK_WSI_DESTROY:
             forget(wsi)
-            accepted.remove(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi))))
+            accepted.remove(Self.key(wsi))
+            requestArrived(wsi)
             return 0
 
         default:
@@ -1057,7 +1111,7 @@ public final class HTTPServer: @unchecked Sendable {
             conn.pendingResponse = nil
             let status = lws_serve_http_file(wsi, path, response.contentType, nil, 0)
             if status < 0 { return -1 }
-            if status > 0 { return lws_http_transaction_completed(wsi) != 0 ? -1 : 0 }
+            if status > 0 { return transactionCompleted(wsi) }
             return 0
         }
         guard case .bytes(let body) = response.body else { return 0 }
@@ -1095,7 +1149,15 @@ public final class HTTPServer: @unchecked Sendable {
 
     private func finishTransaction(_ wsi: OpaquePointer, _ response: HTTPResponse) -> Int32 {
         if response.closeConnection { return -1 }
-        return lws_http_transaction_completed(wsi) != 0 ? -1 : 0
+        return transactionCompleted(wsi)
+    }
+
+    /// An answer went out in full: the connection is kept for the next request, which must come
+    /// in the time allowed (an idle keep-alive connection is closed then).
+    private func transactionCompleted(_ wsi: OpaquePointer) -> Int32 {
+        guard lws_http_transaction_completed(wsi) == 0 else { return -1 }
+        awaitRequest(wsi)
+        return 0
     }
 
     /// Writes the status line and headers.
@@ -1264,6 +1326,8 @@ public final class WebSocketClient: @unchecked Sendable {
     private var wsi: OpaquePointer?
     private var sendQueue = SendQueue()
     private var closeRequested: (UInt16, String)?
+    /// `abort()` was called: the connection goes without a close frame, with a reset.
+    private var abortRequested = false
     private var rx: [UInt8] = []
     private var peerClose: (UInt16, String)?
     private var connectContinuation: CheckedContinuation<Void, any Error>?
@@ -1392,6 +1456,19 @@ public final class WebSocketClient: @unchecked Sendable {
         }
     }
 
+    /// Drops the connection as a network failure does: no close frame, and a TCP reset (RST)
+    /// to the peer instead of an orderly FIN. The peer sees the connection die, not close.
+    /// Callable from any thread.
+    public func abort() {
+        loop.execute { [self] in
+            guard let wsi, !abortRequested else { return }
+            abortRequested = true
+            var noLinger = linger(l_onoff: 1, l_linger: 0)
+            _ = setsockopt(lws_get_socket_fd(wsi), SOL_SOCKET, SO_LINGER, &noLinger, socklen_t(MemoryLayout<linger>.size))
+            lws_callback_on_writable(wsi)
+        }
+    }
+
     fileprivate func callback(
         _ wsi: OpaquePointer, _ reason: lws_callback_reasons, _ input: UnsafeMutableRawPointer?, _ length: Int
     ) -> Int32 {
@@ -1439,6 +1516,9 @@ public final class WebSocketClient: @unchecked Sendable {
             return 0
 
         case LWS_CALLBACK_CLIENT_WRITEABLE:
+            // Closing from here without a close reason sends no close frame; with no linger the
+            // kernel resets the connection.
+            if abortRequested { return -1 }
             if let frame = sendQueue.popFirst() {
                 if !writeFrame(wsi, frame) { return -1 }
                 if !sendQueue.isEmpty || closeRequested != nil { lws_callback_on_writable(wsi) }

@@ -6,7 +6,7 @@ import SwitchboardProtocol
 ///
 /// ```swift
 /// let serve = try ToolProcess(["serve", "--port", "0", "--data-dir", dir])
-/// let port = try serve.waitForPort()
+/// let port = try await serve.waitForPort()
 /// ```
 public final class ToolProcess: Sendable {
     /// Why a wait ended without what it waited for; says what that was and what was seen.
@@ -18,7 +18,12 @@ public final class ToolProcess: Sendable {
     private let input = Pipe()
     private let output = Locked("")
     private let errors = Locked("")
-    private let done = DispatchGroup()
+    /// Output readers still running (each ends at its pipe's end).
+    private let readersLeft = Locked(0)
+
+    /// How much slower than usual the tests run (`SWITCHBOARD_TEST_SLOWDOWN`): every wait here
+    /// stretches by this much.
+    public static let slowdown = Int(ProcessInfo.processInfo.environment["SWITCHBOARD_TEST_SLOWDOWN"] ?? "") ?? 1
 
     /// Starts `switchboard` with `arguments`. `shellPrefix` runs it through `/bin/sh -c` after
     /// those shell words (`ulimit -n 256 &&`), with `exec` so the pid stays the tool's.
@@ -41,15 +46,16 @@ public final class ToolProcess: Sendable {
         process.standardInput = input
         self.process = process
         for (pipe, sink) in [(out, output), (err, errors)] {
-            done.enter()
+            readersLeft.withLock { $0 += 1 }
             let handle = pipe.fileHandleForReading
-            Thread.detachNewThread { [done] in
+            let readersLeft = self.readersLeft
+            Thread.detachNewThread {
                 while true {
                     let chunk = handle.availableData
                     if chunk.isEmpty { break }
                     sink.withLock { $0 += String(decoding: chunk, as: UTF8.self) }
                 }
-                done.leave()
+                readersLeft.withLock { $0 -= 1 }
             }
         }
         try process.run()
@@ -75,16 +81,17 @@ public final class ToolProcess: Sendable {
     public var standardError: String { errors.withLock { $0 } }
 
     /// Waits until `standardError` (or `standardOutput`) matches `pattern`, and returns the
-    /// first capture; fails at `timeout` or when the process exits first, saying so.
+    /// first capture; fails at `timeout` or when the process exits first, saying so. It
+    /// suspends between looks: tests share a few threads, and a blocked one stalls the others.
     public func waitFor(
         _ pattern: Regex<(Substring, Substring)>, inOutput: Bool = false, timeout: Duration = .seconds(15), what: String
-    ) throws -> String {
-        let deadline = ContinuousClock.now + timeout
+    ) async throws -> String {
+        let deadline = ContinuousClock.now + timeout * Self.slowdown
         while true {
             let text = inOutput ? standardOutput : standardError
             if let match = text.firstMatch(of: pattern) { return String(match.1) }
             if !process.isRunning {
-                Thread.sleep(forTimeInterval: 0.05)  // the last output may still be in the pipe
+                try await Task.sleep(for: .milliseconds(50))  // the last output may still be in the pipe
                 let late = inOutput ? standardOutput : standardError
                 if let match = late.firstMatch(of: pattern) { return String(match.1) }
                 throw Failure(description: "the process exited (\(process.terminationStatus)) before \(what); it printed: \(late.suffix(2000))")
@@ -92,42 +99,66 @@ public final class ToolProcess: Sendable {
             guard ContinuousClock.now < deadline else {
                 throw Failure(description: "timed out after \(timeout) waiting for \(what); it printed: \(text.suffix(2000))")
             }
-            Thread.sleep(forTimeInterval: 0.02)
+            try await Task.sleep(for: .milliseconds(20))
         }
     }
 
     /// `switchboard serve`: the port of its `listening` line.
-    public func waitForPort(timeout: Duration = .seconds(15)) throws -> Int {
-        Int(try waitFor(/msg=listening .*?port=(\d+)/, timeout: timeout, what: "the listening line")) ?? 0
+    public func waitForPort(timeout: Duration = .seconds(15)) async throws -> Int {
+        Int(try await waitFor(/msg=listening .*?port=(\d+)/, timeout: timeout, what: "the listening line")) ?? 0
     }
 
-    /// Waits for the process to exit (killing it at `timeout`) and returns its status.
+    /// Waits for the process to exit (killing it at `timeout`) and for its output to be read;
+    /// returns its status.
     @discardableResult
-    public func waitForExit(timeout: Duration = .seconds(15)) throws -> Int32 {
-        let deadline = ContinuousClock.now + timeout
-        while process.isRunning {
+    public func waitForExit(timeout: Duration = .seconds(15)) async throws -> Int32 {
+        let deadline = ContinuousClock.now + timeout * Self.slowdown
+        while process.isRunning || readersLeft.withLock({ $0 }) > 0 {
             guard ContinuousClock.now < deadline else {
-                kill(process.processIdentifier, SIGKILL)
+                if process.isRunning { kill(process.processIdentifier, SIGKILL) }
                 throw Failure(description: "the process did not exit within \(timeout); it printed: \(standardError.suffix(2000))")
             }
-            Thread.sleep(forTimeInterval: 0.02)
+            try await Task.sleep(for: .milliseconds(20))
         }
-        process.waitUntilExit()
-        _ = done.wait(timeout: .now() + 5)
         return process.terminationStatus
     }
 
     /// SIGTERM, then waits for the exit.
     @discardableResult
-    public func stop(timeout: Duration = .seconds(15)) throws -> Int32 {
+    public func stop(timeout: Duration = .seconds(15)) async throws -> Int32 {
         if process.isRunning { process.terminate() }
-        return try waitForExit(timeout: timeout)
+        return try await waitForExit(timeout: timeout)
     }
 
-    /// SIGKILL: no shutdown code runs.
+    /// For cleanup (`defer`): SIGTERM, and SIGKILL if it is still there after a few seconds.
+    public func stopNow() {
+        guard process.isRunning else { return }
+        process.terminate()
+        let deadline = ContinuousClock.now + .seconds(5)
+        while process.isRunning && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
+    /// SIGKILL: no shutdown code runs. Returns once it is gone (its last output may still be
+    /// arriving: `waitForExit` waits for that too).
     public func kill9() {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
+    }
+
+    /// Whether it ended by a signal (SIGKILL, an uncaught SIGTERM) rather than by exiting.
+    public var endedBySignal: Bool { !process.isRunning && process.terminationReason == .uncaughtSignal }
+
+    /// Waits until its standard output has `count` lines, at most `timeout`; returns them.
+    public func waitForLines(_ count: Int, timeout: Duration = .seconds(15), what: String) async throws -> [Substring] {
+        let deadline = ContinuousClock.now + timeout * Self.slowdown
+        while true {
+            let lines = standardOutput.split(separator: "\n")
+            if lines.count >= count { return lines }
+            guard process.isRunning else { throw Failure(description: "the process exited before \(what); it printed: \(standardError.suffix(2000))") }
+            guard ContinuousClock.now < deadline else { throw Failure(description: "timed out after \(timeout) waiting for \(what)") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
     }
 
     /// CPU time (user and system) the process has used, in seconds, from `/proc`.
@@ -139,5 +170,14 @@ public final class ToolProcess: Sendable {
         // After the command: state is field 3; utime and stime are fields 14 and 15.
         guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+}
+
+/// Runs blocking work (a socket read with a timeout, a wait on a process) on a thread of its
+/// own and suspends until it is done: the tests share a few threads (two on a two-core
+/// machine), and one held in a blocking call stalls every test waiting for it.
+public func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
     }
 }

@@ -2,8 +2,8 @@
 //
 // Built by `make fuzz` with `-sanitize=fuzzer,address -D FUZZING`: the entry point runs
 // libFuzzer's driver, which calls back with inputs for the target named by
-// SWITCHBOARD_FUZZ_TARGET. Built normally, it replays inputs instead (what `make test` does
-// with the committed regression inputs):
+// SWITCHBOARD_FUZZ_TARGET. Built without FUZZING, it replays inputs instead (what `make test`
+// does, under AddressSanitizer, with every seed and committed regression input):
 //
 //   switchboard-fuzz replay TARGET FILE_OR_DIRECTORY...
 
@@ -39,25 +39,38 @@ public func fuzzMain(_ argc: Int32, _ argv: UnsafeMutablePointer<UnsafeMutablePo
 #else
 @main
 enum Replay {
+    /// Replays every input of every FILE_OR_DIRECTORY (dotfiles such as `.keep` aside) through
+    /// the target. Fails, naming it, on a path that does not exist or when there was nothing to
+    /// replay: a replay that runs nothing must not pass.
     static func main() {
         let arguments = Array(CommandLine.arguments.dropFirst())
         guard arguments.count >= 3, arguments[0] == "replay", let target = FuzzTargets.all[arguments[1]] else {
-            FileHandle.standardError.write(Data("usage: switchboard-fuzz replay TARGET FILE_OR_DIRECTORY...\ntargets: \(FuzzTargets.all.keys.sorted().joined(separator: ", "))\n".utf8))
-            exit(2)
+            fail("usage: switchboard-fuzz replay TARGET FILE_OR_DIRECTORY...\ntargets: \(FuzzTargets.all.keys.sorted().joined(separator: ", "))", status: 2)
         }
+        var counts: [String] = []
         var replayed = 0
         for path in arguments.dropFirst(2) {
             var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { continue }
-            let files = isDirectory.boolValue
-                ? ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted().map { path + "/" + $0 } : [path]
-            for file in files {
-                guard let data = FileManager.default.contents(atPath: file) else { continue }
-                target(Array(data))
-                replayed += 1
+            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+                fail("\(arguments[1]): \(path) does not exist (every target has a seeds and a regressions folder)")
             }
+            let files = isDirectory.boolValue
+                ? ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).filter { !$0.hasPrefix(".") }.sorted().map { path + "/" + $0 }
+                : [path]
+            for file in files {
+                guard let data = FileManager.default.contents(atPath: file) else { fail("\(arguments[1]): cannot read \(file)") }
+                target(Array(data))
+            }
+            replayed += files.count
+            counts.append("\(files.count) from \(path)")
         }
-        print("\(arguments[1]): replayed \(replayed) inputs")
+        guard replayed > 0 else { fail("\(arguments[1]): nothing to replay in \(arguments.dropFirst(2).joined(separator: ", "))") }
+        print("\(arguments[1]): replayed \(replayed) inputs (\(counts.joined(separator: ", ")))")
+    }
+
+    static func fail(_ message: String, status: Int32 = 1) -> Never {
+        FileHandle.standardError.write(Data((message + "\n").utf8))
+        exit(status)
     }
 }
 #endif

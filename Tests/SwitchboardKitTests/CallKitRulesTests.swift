@@ -9,7 +9,7 @@ import Testing
 /// The review's defects, each against a simulated call UI as strict as CallKit and the real
 /// server: asynchronous report completions, refused reports, re-shown UUIDs, timed-out actions,
 /// "Hold & Accept", unknown calls. Every test also asserts that no rule was broken.
-@Suite(.serialized) struct CallKitRulesTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct CallKitRulesTests {
     func state(_ client: SwitchboardClient, _ id: UUID) async -> JSONValue? {
         try? await client.callState(id.uuidString.lowercased(), http: CurlHTTPTransport())
     }

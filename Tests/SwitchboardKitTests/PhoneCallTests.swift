@@ -5,7 +5,7 @@ import Testing
 @testable import SwitchboardKit
 
 /// The phone's per-call state machine on its own: every input, and what it makes the manager do.
-@Suite struct PhoneCallTests {
+@Suite(.timeLimit(.minutes(3))) struct PhoneCallTests {
     static let id = UUID(uuidString: "6F1C0000-0000-4000-8000-000000000001")!
     static let callID = id.uuidString.lowercased()
     static let update = CallUpdate(handle: "alice", displayName: "Alice", hasVideo: false)
@@ -118,7 +118,7 @@ import Testing
     }
 }
 
-@Suite struct APNsEnvironmentTests {
+@Suite(.timeLimit(.minutes(3))) struct APNsEnvironmentTests {
     /// A provisioning profile is a signed envelope around a property list.
     static func profile(_ environment: String?) -> Data {
         let entitlement = environment.map { "<key>aps-environment</key><string>\($0)</string>" } ?? ""

@@ -2,7 +2,7 @@ import Foundation
 import SwitchboardProtocol
 import Testing
 
-@Suite struct ProtocolTests {
+@Suite(.timeLimit(.minutes(3))) struct ProtocolTests {
     @Test(arguments: [
         #"null"#, #"true"#, #"42"#, #"-7"#, #"1.5"#, #""text""#, #"[1,"a",null]"#, #"{"a":{"b":[true]}}"#,
     ])

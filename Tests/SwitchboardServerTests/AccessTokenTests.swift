@@ -4,7 +4,7 @@ import SwitchboardServer
 import SwitchboardSystem
 import Testing
 
-@Suite struct AccessTokenTests {
+@Suite(.timeLimit(.minutes(3))) struct AccessTokenTests {
     static let secret = "s3cret-s3cret-s3cret-s3cret-s3cret-s3cr"
     static let apiKey = "sbk_test"
     let verifier = AccessTokenVerifier(maxTokenBytes: 2048, leewaySeconds: 30)

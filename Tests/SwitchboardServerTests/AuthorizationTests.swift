@@ -7,7 +7,7 @@ import Testing
 /// Every REST endpoint and WebSocket request against every kind of wrong credential: no
 /// token, a forged, expired or not-yet-valid one, another app's, another user's, one without
 /// the grant. Each must be refused, and no refusal may carry the owner's data.
-@Suite struct AuthorizationTests {
+@Suite(.timeLimit(.minutes(3))) struct AuthorizationTests {
     /// Kinds of credential, each a header value (nil: no header).
     enum Credential: String, CaseIterable, CustomStringConvertible {
         case none, garbage, forged, expired, notYetValid, otherApp, otherAppAdmin, otherUser, noGrants, owner, admin, appBasic

@@ -8,7 +8,7 @@ import Testing
 /// A phone that does not show a call (Do Not Disturb, Focus, block list), or one APNs will not
 /// reach, is out of the ringing: once every device the call went to is out, the caller hears
 /// `call.unavailable` at once instead of 45 s of ringback. Hold is told to the other side.
-@Suite struct CallFilterTests {
+@Suite(.timeLimit(.minutes(3))) struct CallFilterTests {
     @Test func aFilteredCallOnTheOnlyPhoneMakesTheCallerHearUnavailableAtOnce() async throws {
         let fixture = try CallFixture()
         defer { fixture.stop() }

@@ -7,7 +7,7 @@ import Testing
 /// A call's room (`call-<id>`) belongs to the call: only the caller's calling device and each
 /// answering callee's device are admitted, whatever a token's room grant says, and the room
 /// closes when the call ends.
-@Suite struct CallRoomTests {
+@Suite(.timeLimit(.minutes(3))) struct CallRoomTests {
     /// Every kind of grant a stranger might hold, `--dev-tokens`' own among them.
     static let strangerGrants: [(String, Grants)] = [
         ("every room", Grants(room: "*", roomJoin: true)),

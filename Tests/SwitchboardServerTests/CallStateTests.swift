@@ -4,7 +4,7 @@ import Testing
 @testable import SwitchboardServer
 
 /// The call state machine on its own, with a fixed clock.
-@Suite struct CallStateTests {
+@Suite(.timeLimit(.minutes(3))) struct CallStateTests {
     let t0 = ContinuousClock.now
 
     func call(_ callees: [String] = ["bob"], busy: Set<String> = [], unreachable: Set<String> = []) -> CallState {

@@ -129,7 +129,7 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
     throw Timeout(what: type)
 }
 
-@Suite struct CallTests {
+@Suite(.timeLimit(.minutes(3))) struct CallTests {
     @Test func aOneToOneCallRingsEveryDeviceAndTheFirstAnswerWins() async throws {
         let fixture = try CallFixture()
         defer { fixture.stop() }
@@ -279,6 +279,7 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(calls.first?["end_reason"] == "cancelled")
     }
 
+    /// Covers: limit:ring_timeout_seconds
     @Test func nobodyAnswersBeforeTheRingTimeout() async throws {
         let fixture = try CallFixture()
         defer { fixture.stop() }
@@ -329,6 +330,7 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(!entries.contains { $0["channel"] == "voip_push" })
     }
 
+    /// Covers: limit:invites_per_pair_per_minute
     @Test func blockedAndRateLimitedCallersRingNobody() async throws {
         let fixture = try CallFixture { $0.limits.invitesPerPairPerMinute = 2 }
         defer { fixture.stop() }
@@ -460,6 +462,7 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(fixture.server.server.metrics.counter("switchboard_apns_pushes_total", ["type": "voip", "reason": "Success"]) == Double(callees.count))
     }
 
+    /// Covers: limit:apns_request_timeout_seconds
     @Test func aRingStormThroughStallsAndConnectionResetsEndsEveryPushAndNeverSendsOneTwice() async throws {
         let fixture = try CallFixture { $0.limits.apnsRequestTimeoutSeconds = 1 }
         defer { fixture.stop() }
@@ -512,6 +515,7 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(afterOutcome[callees[0]]?.first?["event"] == "apns_accepted")
     }
 
+    /// Covers: limit:max_devices_per_user, error:conflict
     @Test func registrationsPastTheDeviceLimitAreRefusedAndUpdatesStillWork() async throws {
         let fixture = try CallFixture { $0.limits.maxDevicesPerUser = 2 }
         defer { fixture.stop() }

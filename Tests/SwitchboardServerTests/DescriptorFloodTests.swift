@@ -21,13 +21,14 @@ func openIdleConnection(_ port: Int) -> Int32 {
 /// `switchboard serve` with 256 descriptors, flooded with plain TCP connects that never send a
 /// request: it refuses what it cannot hold cheaply, never spins, logs a few lines, keeps its
 /// sessions, and serves again once the flood ends.
-@Suite(.serialized) struct DescriptorFloodTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct DescriptorFloodTests {
     /// (what, extra flags, the counter that must have moved).
     static let floods: [(String, [String], String)] = [
         ("max_connections, derived from the descriptor limit", [], #"switchboard_connections_shed_total{reason="max_connections"}"#),
         ("descriptors run out first (max_connections set above the limit)", ["--max-connections", "2000"], "switchboard_accept_pauses_total"),
     ]
 
+    /// Covers: limit:max_connections, limit:log_repeat_limit
     @Test(arguments: floods.indices)
     func aFloodOfIdleConnectsIsRefusedCheaplyAndTheServerRecovers(index: Int) async throws {
         let (what, flags, counter) = Self.floods[index]
@@ -36,11 +37,11 @@ func openIdleConnection(_ port: Int) -> Int32 {
         let serve = try ToolProcess(
             ["serve", "--port", "0", "--data-dir", directory, "--web-root", repositoryRoot + "/web", "--log-level", "info"] + flags,
             shellPrefix: "ulimit -n 256 &&")
-        defer { _ = try? serve.stop() }
-        let port = try serve.waitForPort()
+        defer { serve.stopNow() }
+        let port = try await serve.waitForPort()
         if flags.isEmpty { #expect(serve.standardError.contains("max_connections=128 descriptor_limit=256"), "\(serve.standardError)") }
-        let apiKey = try serve.waitFor(/API key\s+(sbk_\w+)/, inOutput: true, what: "the development app's key")
-        let secret = try serve.waitFor(/API secret\s+(\w+)/, inOutput: true, what: "the development app's secret")
+        let apiKey = try await serve.waitFor(/API key\s+(sbk_\w+)/, inOutput: true, what: "the development app's key")
+        let secret = try await serve.waitFor(/API secret\s+(\w+)/, inOutput: true, what: "the development app's secret")
         let claims = AccessTokenIssuer.claims(apiKey: apiKey, identity: "alice", name: nil, grants: Grants(), ttlSeconds: 600)
         let wsURL = "ws://127.0.0.1:\(port)/v1/ws?access_token=" + AccessTokenVerifier.sign(claims, secret: secret)
         let session = try await TestClient.connect(wsURL)
@@ -86,6 +87,7 @@ func openIdleConnection(_ port: Int) -> Int32 {
         #expect(try await session.request(MessageType.ping, id: "after").type == MessageType.ok)
     }
 
+    /// Covers: limit:log_repeat_limit
     @Test func aRepeatedLogLineIsSuppressedAndCounted() async throws {
         let (sink, lines) = Logger.Sink.memory(repeatLimit: 3, repeatWindow: .milliseconds(200))
         let logger = Logger(sink: sink)

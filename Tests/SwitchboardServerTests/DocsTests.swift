@@ -6,7 +6,7 @@ import SwitchboardTesting
 import Testing
 
 /// The docs list what the code has; these fail when one changes without the other.
-@Suite struct DocsTests {
+@Suite(.timeLimit(.minutes(3))) struct DocsTests {
     func read(_ path: String) throws -> String {
         try String(contentsOfFile: repositoryRoot + "/" + path, encoding: .utf8)
     }
@@ -29,7 +29,7 @@ import Testing
     }
 }
 
-@Suite struct OpenAPITests {
+@Suite(.timeLimit(.minutes(3))) struct OpenAPITests {
     /// Every REST route the gateway answers is in the OpenAPI document, and the document is served.
     @Test func theOpenAPIDocumentListsEveryRouteAndIsServed() async throws {
         let text = try String(contentsOfFile: repositoryRoot + "/web/openapi.json", encoding: .utf8)
@@ -57,7 +57,7 @@ import Testing
     }
 }
 
-@Suite struct SDKDocsTests {
+@Suite(.timeLimit(.minutes(3))) struct SDKDocsTests {
     /// Every public declaration of SwitchboardKit has a `///` summary.
     @Test func everyPublicSymbolOfTheSDKIsDocumented() throws {
         let folder = repositoryRoot + "/Sources/SwitchboardKit"
@@ -79,7 +79,7 @@ import Testing
     }
 }
 
-@Suite struct MetricsCatalogTests {
+@Suite(.timeLimit(.minutes(3))) struct MetricsCatalogTests {
     /// Every metric the code updates is a family with a type and a help line, listed in
     /// docs/protocol.md; a fresh server shows every family, and its plain counters and gauges
     /// at zero, before anything happened.
@@ -117,5 +117,75 @@ import Testing
         #expect(lines.contains(#"switchboard_errors_total{code="internal"} 0"#))
         #expect(lines.contains(#"switchboard_calls_ended_total{outcome="missed"} 0"#))
         #expect(lines.contains("switchboard_store_writable 1"))
+    }
+}
+
+/// Every documented limit, error code, close code and push-trace event is exercised by a test
+/// that says so: a `Covers:` line (`Covers: limit:max_callees, error:rate_limited`) in a Swift
+/// test, an interop test or a test script. A name the docs add without a test, or a `Covers:`
+/// naming what the docs no longer have, fails here.
+@Suite(.timeLimit(.minutes(3))) struct DocumentedCoverageTests {
+    func read(_ path: String) throws -> String {
+        try String(contentsOfFile: repositoryRoot + "/" + path, encoding: .utf8)
+    }
+
+    /// What the docs promise, as `kind:name`.
+    func documented() throws -> Set<String> {
+        var names: Set<String> = []
+        // docs/configuration.md: every setting whose default is a number (or derived) is a limit.
+        for line in try read("docs/configuration.md").split(separator: "\n") {
+            guard let match = line.firstMatch(of: /^\| `([a-z0-9_]+)` \| `([0-9]+|derived)` \|/) else { continue }
+            names.insert("limit:" + match.1)
+        }
+        let protocolText = try read("docs/protocol.md")
+        let errors = protocolText[protocolText.range(of: "## Errors")!.upperBound...]
+        for line in errors.split(separator: "\n").prefix(while: { !$0.hasPrefix("## ") }) {
+            guard let match = line.firstMatch(of: /^\| `([a-z_]+)` \| ([^|]*) \| (.*)\|$/) else { continue }
+            if match.3.trimmingCharacters(in: .whitespaces).hasPrefix("Reserved") { continue }  // documented as never sent
+            names.insert("error:" + match.1)
+        }
+        let closeCodes = protocolText[protocolText.range(of: "### Close codes the server uses")!.upperBound...]
+        for line in closeCodes.split(separator: "\n").prefix(12) {
+            guard let match = line.firstMatch(of: /^\| ([0-9, ]+) \|/) else { continue }
+            for code in match.1.split(separator: ",") { names.insert("close:" + code.trimmingCharacters(in: .whitespaces)) }
+        }
+        let calls = try read("docs/calls.md")
+        let events = calls[calls.range(of: "Events: `delivered`")!.lowerBound...]
+        let paragraph = events.components(separatedBy: "\n\n").first ?? ""
+        for match in paragraph.matches(of: /`([a-z_]+)`/) where match.1 != "filter" {
+            names.insert("trace:" + match.1)
+        }
+        return names
+    }
+
+    /// What the tests say they cover.
+    func covered() throws -> [String: [String]] {
+        var found: [String: [String]] = [:]
+        let roots = ["Tests", "tests/interop", "scripts"]
+        for root in roots {
+            guard let walker = FileManager.default.enumerator(atPath: repositoryRoot + "/" + root) else { continue }
+            for case let path as String in walker where path.hasSuffix(".swift") || path.hasSuffix(".py") || path.hasSuffix(".sh") {
+                let text = try read(root + "/" + path)
+                for line in text.split(separator: "\n") {
+                    guard let match = line.firstMatch(of: /(?:\/\/\/?|#) Covers: (.+)$/) else { continue }
+                    for name in match.1.split(separator: ",") {
+                        found[name.trimmingCharacters(in: .whitespaces), default: []].append(root + "/" + path)
+                    }
+                }
+            }
+        }
+        return found
+    }
+
+    @Test func everyDocumentedLimitCodeAndTraceEventHasATest() throws {
+        let promised = try documented()
+        #expect(promised.count > 60, "the docs' tables were read (\(promised.count) names)")
+        #expect(promised.contains("limit:max_callees") && promised.contains("error:internal") && promised.contains("close:1008")
+            && promised.contains("trace:ringing_shown"))
+        let claims = try covered()
+        let missing = promised.subtracting(claims.keys).sorted()
+        #expect(missing.isEmpty, "documented, with no test saying `Covers:` for it:\n\(missing.joined(separator: "\n"))")
+        let unknown = Set(claims.keys).subtracting(promised).sorted()
+        #expect(unknown.isEmpty, "`Covers:` names the docs do not have: \(unknown.map { "\($0) (\(claims[$0]!.joined(separator: ", ")))" })")
     }
 }

@@ -5,7 +5,7 @@ import Testing
 
 /// The server parses incoming messages with jansson; it must read every document exactly as
 /// Foundation's JSONDecoder does, and leave to it what it cannot hold.
-@Suite struct JSONTextTests {
+@Suite(.timeLimit(.minutes(3))) struct JSONTextTests {
     @Test(arguments: [
         #"{"type":"signal","id":7,"data":{"room":"r","to":"p_1","signal":{"type":"offer","sdp":"v=0\r\n"}}}"#,
         #"[true,false,null,0,-1,9223372036854775807,-9223372036854775808,1.5,-0.25,1e3,2.0,"",[],{}]"#,
@@ -35,7 +35,7 @@ import Testing
     }
 }
 
-@Suite struct JSONTextSerializeTests {
+@Suite(.timeLimit(.minutes(3))) struct JSONTextSerializeTests {
     @Test func writesWhatJSONDecoderReadsBack() throws {
         let data: JSONValue = [
             "sdp": "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\n", "path": "a/b", "unicode": "é中😀\u{0}",

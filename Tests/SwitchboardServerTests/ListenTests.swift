@@ -100,7 +100,7 @@ func resolved(_ name: String) -> Set<String> {
     return found
 }
 
-@Suite(.serialized) struct ListenTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct ListenTests {
     func serve(_ extra: [String], directory: String? = nil) throws -> (ToolProcess, String) {
         let dir = try directory ?? makeTemporaryDirectory()
         let process = try ToolProcess(
@@ -119,7 +119,7 @@ func resolved(_ name: String) -> Set<String> {
     ]
 
     @Test(arguments: hosts.indices)
-    func serveListensExactlyWhereAsked(index: Int) throws {
+    func serveListensExactlyWhereAsked(index: Int) async throws {
         let (host, answering, silent, needsIPv6) = Self.hosts[index]
         guard !needsIPv6 || hasIPv6Loopback else {
             print("skipped: --host \(host) needs IPv6 loopback, which this machine does not have")
@@ -135,12 +135,12 @@ func resolved(_ name: String) -> Set<String> {
         }
         let (process, directory) = try serve(["--host", host, "--port", String(reserved?.port ?? 0)])
         defer {
-            _ = try? process.stop()
+            process.stopNow()
             try? FileManager.default.removeItem(atPath: directory)
         }
-        let port = try process.waitForPort()
+        let port = try await process.waitForPort()
         #expect(reserved == nil || reserved?.port == port)
-        _ = try process.waitFor(/(Switchboard is running)/, inOutput: true, what: "the running line")
+        _ = try await process.waitFor(/(Switchboard is running)/, inOutput: true, what: "the running line")
         for ip in answering where !ip.contains(":") || hasIPv6Loopback {
             #expect(canConnect(ip, port), "--host \(host): \(ip) must answer")
         }
@@ -160,33 +160,34 @@ func resolved(_ name: String) -> Set<String> {
     ]
 
     @Test(arguments: refusals.indices)
-    func aHostThatCannotBeBoundStopsTheServerBeforeItSaysItIsRunning(index: Int) throws {
+    func aHostThatCannotBeBoundStopsTheServerBeforeItSaysItIsRunning(index: Int) async throws {
         let (what, arguments, words) = Self.refusals[index]
         let (process, directory) = try serve(arguments)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let status = try process.waitForExit()
+        let status = try await process.waitForExit()
         #expect(status != 0, "\(what)")
         #expect(process.standardError.contains(words), "\(what): \(process.standardError)")
         #expect(!process.standardOutput.contains("Switchboard is running"), "\(what)")
         #expect(!process.standardError.contains("NSCocoaErrorDomain"), "\(what)")
     }
 
-    @Test func aPortInUseStopsTheServerAndASecondServeOnOneDataDirectoryIsRefusedNamingTheFirst() throws {
+    /// Covers: limit:port
+    @Test func aPortInUseStopsTheServerAndASecondServeOnOneDataDirectoryIsRefusedNamingTheFirst() async throws {
         let (first, directory) = try serve([])
         defer {
-            _ = try? first.stop()
+            first.stopNow()
             try? FileManager.default.removeItem(atPath: directory)
         }
-        let port = try first.waitForPort()
+        let port = try await first.waitForPort()
 
         let (sameport, other) = try serve(["--port", String(port)])
         defer { try? FileManager.default.removeItem(atPath: other) }
-        #expect(try sameport.waitForExit() == 1)
+        #expect(try await sameport.waitForExit() == 1)
         #expect(sameport.standardError.contains("cannot listen on 127.0.0.1:\(port): the port is in use"), "\(sameport.standardError)")
         #expect(!sameport.standardOutput.contains("Switchboard is running"))
 
         let (second, _) = try serve([], directory: directory)
-        #expect(try second.waitForExit() == 1)
+        #expect(try await second.waitForExit() == 1)
         #expect(second.standardError.contains("another switchboard serve is using the data directory"), "\(second.standardError)")
         #expect(second.standardError.contains("pid \(first.pid)"), "the refusal names the running server: \(second.standardError)")
         #expect(second.standardError.contains("127.0.0.1:\(port)"), "and where it listens")
@@ -196,11 +197,11 @@ func resolved(_ name: String) -> Set<String> {
         // Once the first is gone, even by kill -9, the directory is free.
         first.kill9()
         let (third, _) = try serve([], directory: directory)
-        _ = try third.waitForPort()
-        #expect(try third.stop() == 0, "\(third.standardError.suffix(2000))")
+        _ = try await third.waitForPort()
+        #expect(try await third.stop() == 0, "\(third.standardError.suffix(2000))")
     }
 
-    @Test func startupErrorsReadAsSentences() throws {
+    @Test func startupErrorsReadAsSentences() async throws {
         let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try "x".write(toFile: directory + "/file", atomically: true, encoding: .utf8)
@@ -216,7 +217,7 @@ func resolved(_ name: String) -> Set<String> {
             (["--config", directory + "/missing.json"], "--config \(directory)/missing.json: no such file"),
         ]
         for (arguments, words) in cases {
-            let run = try runTool("switchboard", ["serve", "--port", "0"] + arguments)
+            let run = try await runTool("switchboard", ["serve", "--port", "0"] + arguments)
             #expect(run.status != 0, "\(arguments)")
             #expect(run.errors.contains(words), "\(arguments): \(run.errors)")
             #expect(!run.errors.contains("NSCocoaErrorDomain") && !run.errors.contains("Code="), "no Foundation dump: \(run.errors)")
@@ -224,15 +225,15 @@ func resolved(_ name: String) -> Set<String> {
         }
     }
 
-    @Test func theAPNsSandboxListensExactlyWhereAskedOrNotAtAll() throws {
+    @Test func theAPNsSandboxListensExactlyWhereAskedOrNotAtAll() async throws {
         let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let host = hasIPv6Loopback ? "::1" : "127.0.0.1"
         let sandbox = try ToolProcess(
             ["apns-sandbox", "--host", host, "--port", "0", "--admin-port", "0", "--accept-any-key", "--dir", directory])
-        defer { _ = try? sandbox.stop() }
-        let url = try sandbox.waitFor(/APNs sandbox: (https:\S+)/, inOutput: true, what: "the sandbox's URL")
-        let admin = try sandbox.waitFor(/admin API:\s+(http:\S+)/, inOutput: true, what: "the admin URL")
+        defer { sandbox.stopNow() }
+        let url = try await sandbox.waitFor(/APNs sandbox: (https:\S+)/, inOutput: true, what: "the sandbox's URL")
+        let admin = try await sandbox.waitFor(/admin API:\s+(http:\S+)/, inOutput: true, what: "the admin URL")
         let port = try #require(url.split(separator: ":").last.flatMap { Int($0) })
         let adminPort = try #require(admin.split(separator: ":").last.flatMap { Int($0) })
         #expect(canConnect(host, port) && canConnect(host, adminPort))
@@ -242,11 +243,11 @@ func resolved(_ name: String) -> Set<String> {
         }
 
         let nowhere = try ToolProcess(["apns-sandbox", "--host", "192.0.2.1", "--port", "0", "--admin-port", "0", "--accept-any-key", "--dir", directory])
-        #expect(try nowhere.waitForExit() == 1)
+        #expect(try await nowhere.waitForExit() == 1)
         #expect(nowhere.standardError.contains("this machine has no such address"), "\(nowhere.standardError)")
         let taken = try ToolProcess(
             ["apns-sandbox", "--host", host, "--port", String(port), "--admin-port", "0", "--accept-any-key", "--dir", directory])
-        #expect(try taken.waitForExit() == 1)
+        #expect(try await taken.waitForExit() == 1)
         #expect(taken.standardError.contains("the port is in use"), "\(taken.standardError)")
     }
 }

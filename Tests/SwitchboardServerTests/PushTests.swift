@@ -78,7 +78,7 @@ final class PushFixture: Sendable {
     }
 }
 
-@Suite struct PushTests {
+@Suite(.timeLimit(.minutes(3))) struct PushTests {
     @Test func rfc7515AppendixA3ES256VectorVerifies() throws {
         // RFC 7515 A.3: the JWK's x and y, as a SubjectPublicKeyInfo.
         let x = try #require(Base64URL.decode("f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU"))
@@ -329,7 +329,7 @@ final class PushFixture: Sendable {
     }
 }
 
-@Suite struct HTTPClientTimeoutTests {
+@Suite(.timeLimit(.minutes(3))) struct HTTPClientTimeoutTests {
     /// A timeout under a second is kept (a push with 300 ms of ringing left), not rounded down
     /// to 0, which libcurl reads as "wait forever".
     @Test func aSubSecondTimeoutEndsTheRequest() async throws {

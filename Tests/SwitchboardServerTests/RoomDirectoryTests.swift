@@ -4,7 +4,7 @@ import Testing
 @testable import SwitchboardServer
 
 /// The room state machine on its own: no sockets, a fixed clock.
-@Suite struct RoomDirectoryTests {
+@Suite(.timeLimit(.minutes(3))) struct RoomDirectoryTests {
     let t0 = ContinuousClock.now
     let key = RoomKey(appID: "app", name: "r")
 

@@ -35,7 +35,7 @@ func basicAuth(_ app: App) -> (String, String) {
     ("Authorization", "Basic " + Data("\(app.apiKey):\(app.apiSecret)".utf8).base64EncodedString())
 }
 
-@Suite struct RoomTests {
+@Suite(.timeLimit(.minutes(3))) struct RoomTests {
     @Test func joinListsThePeersAlreadyThereAndTellsThem() async throws {
         let server = try TestServer()
         defer { server.stop() }
@@ -58,6 +58,7 @@ func basicAuth(_ app: App) -> (String, String) {
         try await bob.client.expectSilence()
     }
 
+    /// Covers: error:forbidden
     @Test func joiningWithoutAGrantForTheRoomIsForbidden() async throws {
         let server = try TestServer()
         defer { server.stop() }
@@ -72,6 +73,7 @@ func basicAuth(_ app: App) -> (String, String) {
         #expect(try await noJoin.join("bad name!").error?.code == .badRequest)
     }
 
+    /// Covers: limit:max_room_participants, error:room_full
     @Test func aFullRoomRefusesTheNextPeer() async throws {
         let server = try TestServer { $0.limits.maxRoomParticipants = 2 }
         defer { server.stop() }
@@ -92,8 +94,9 @@ func basicAuth(_ app: App) -> (String, String) {
     @Test func halfOpenPeersAreFoundAndCleanedUpWhileOthersKeepTalking() async throws {
         let server = try TestServer {
             $0.limits.pingIntervalSeconds = 1
-            // Long enough for all 200 to join first, also under the sanitizers' slowdown.
-            $0.limits.idleTimeoutSeconds = 3 * testSlowdown
+            // Long enough for all 200 to join first, also beside the other suites on 2 cores
+            // and under the sanitizers' slowdown.
+            $0.limits.idleTimeoutSeconds = 8 * testSlowdown
             $0.limits.resumeGraceSeconds = 1
             $0.limits.maxRoomParticipants = 256
         }
@@ -113,7 +116,7 @@ func basicAuth(_ app: App) -> (String, String) {
             let socket = try RawSocket(port: server.server.port)
             sockets.append(socket)
             try socket.requestUpgrade(token: server.token("ghost\(index)", grants: Grants(room: "*", roomJoin: true)))
-            #expect(try socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
+            #expect(try await socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
             try socket.writeTextFrame(#"{"type":"room.join","id":"j","data":{"room":"crowd"}}"#)
         }
         var joined = 0
@@ -148,7 +151,9 @@ func basicAuth(_ app: App) -> (String, String) {
         let traffic = await load.value
         #expect(left == ghosts, "every vanished peer left the room")
         #expect(reasons == ["disconnected"])
-        #expect(traffic.failures <= 1, "the signalling went on (\(traffic.relayed) relayed, \(traffic.failures) failed, the last maybe cut by the cancel)")
+        // A request that waited past its timeout beside the other suites on a loaded machine is
+        // a failure here: the signalling must go on, nearly all of it relayed.
+        #expect(traffic.failures <= max(2, traffic.relayed / 20), "the signalling went on (\(traffic.relayed) relayed, \(traffic.failures) failed)")
         #expect(traffic.relayed > 0)
         #expect(server.server.metrics.gauge("switchboard_connections") == 3)
         #expect(server.server.metrics.counter("switchboard_disconnects_total", ["reason": "lost"]) == Double(ghosts))
@@ -159,6 +164,7 @@ func basicAuth(_ app: App) -> (String, String) {
         #expect(try await alice.client.request(MessageType.ping).type == MessageType.ok)
     }
 
+    /// Covers: error:not_in_room
     @Test func signalsReachOnePeerInTheRoomAndNothingLeavesIt() async throws {
         let server = try TestServer()
         defer { server.stop() }
@@ -234,16 +240,22 @@ func basicAuth(_ app: App) -> (String, String) {
         #expect(try await bob.client.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: "r")).error?.code == .notInRoom)
     }
 
+    /// Covers: close:1000
     @Test func aCleanCloseLeavesAtOnce() async throws {
         let server = try TestServer()
         defer { server.stop() }
         let alice = try await Peer.connect(server, "alice")
-        let bob = try await Peer.connect(server, "bob")
         try await alice.join("r")
-        try await bob.join("r")
+        let bob = try RawSocket(port: server.server.port)
+        defer { bob.close() }
+        _ = try await bob.openSession(token: server.token("bob", grants: Grants(room: "*", roomJoin: true)))
+        try bob.writeTextFrame(#"{"type":"room.join","id":"j","data":{"room":"r"}}"#)
+        #expect(try await bob.readJSON()["type"] == "ok")
         _ = try await alice.event()
-        bob.client.socket.close(code: 1000)
-        let left = try await alice.event(timeout: .seconds(2))
+        _ = bob.send(bob.maskedFrame(opcode: 0x8, [0x03, 0xE8]))
+        let (opcode, payload) = try await bob.readFrame(limit: .seconds(5) * testSlowdown)
+        #expect(opcode == 0x8 && payload.prefix(2) == [0x03, 0xE8], "the server answers a normal closure with 1000")
+        let left = try await alice.event(timeout: .seconds(2) * testSlowdown)
         #expect(left.data?["reason"] == "left")
     }
 
@@ -313,6 +325,7 @@ func basicAuth(_ app: App) -> (String, String) {
         #expect(missed.data?["data"] == 2)
     }
 
+    /// Covers: limit:resume_grace_seconds
     @Test func afterTheGracePeriodOthersHearDisconnectedAndResumeFails() async throws {
         let server = try TestServer { $0.limits.resumeGraceSeconds = 1 }
         defer { server.stop() }
@@ -410,6 +423,7 @@ func basicAuth(_ app: App) -> (String, String) {
         #expect(left.data?["reason"] == "kicked")
     }
 
+    /// Covers: limit:empty_room_timeout_seconds
     @Test func roomsCreatedByRESTHaveUniqueNamesAndCloseWhenEmpty() async throws {
         let server = try TestServer { $0.limits.emptyRoomTimeoutSeconds = 1 }
         defer { server.stop() }
@@ -480,6 +494,7 @@ func basicAuth(_ app: App) -> (String, String) {
         #expect(anonymous.status == 401)
     }
 
+    /// Covers: limit:messages_per_second, limit:message_burst, error:rate_limited
     @Test func messagesOverTheRateGetRateLimited() async throws {
         let server = try TestServer {
             $0.limits.messagesPerSecond = 5
@@ -490,7 +505,7 @@ func basicAuth(_ app: App) -> (String, String) {
         for index in 0..<20 { alice.client.sendRaw(#"{"type":"ping","id":\#(index)}"#) }
         var codes: [String] = []
         for _ in 0..<20 { codes.append(try await alice.client.nextEnvelope().error?.code.rawValue ?? "ok") }
-        #expect(codes.filter { $0 == "ok" }.count >= 5)
+        #expect(codes.prefix(5).allSatisfy { $0 == "ok" }, "the burst passes whole: \(codes)")
         #expect(codes.filter { $0 == "rate_limited" }.count >= 10)
     }
 }

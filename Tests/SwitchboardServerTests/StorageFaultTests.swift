@@ -5,14 +5,16 @@ import SwitchboardSystem
 import SwitchboardTesting
 import Testing
 
-/// `switchboard serve` in a mount namespace of its own, its data directory on a 4 MiB tmpfs
+/// `switchboard serve` in a mount namespace of its own, its data directory on a small tmpfs (4 MiB unless asked)
 /// that the test fills, empties and makes read-only through a control script.
-final class ConfinedServer {
+final class ConfinedServer: @unchecked Sendable {  // one test drives it at a time
     private let process = Process()
     private let control = Pipe()
     private let replies = Pipe()
     let directory: String
-    private var buffered = ""
+    /// What the control script has answered and not been read yet (filled as it arrives, so
+    /// that a silent script is a timeout, never a read that blocks).
+    private let buffered = Locked("")
 
     /// Whether this machine lets us mount a tmpfs in a new mount namespace (root or user namespaces).
     static let available: Bool = {
@@ -27,12 +29,12 @@ final class ConfinedServer {
 
     static let script = #"""
         set -u
-        mnt="$1"; bin="$2"; web="$3"; log="$4"
-        mount -t tmpfs -o size=4m tmpfs "$mnt" || { echo "no mount"; exit 1; }
+        mnt="$1"; bin="$2"; web="$3"; log="$4"; size="$5"
+        mount -t tmpfs -o size="$size" tmpfs "$mnt" || { echo "no mount"; exit 1; }
         pid=""
         while read -r command argument; do
           case "$command" in
-            start) "$bin" serve --port 0 --data-dir "$mnt/data" --web-root "$web" --log-level warning > "$log.out" 2>> "$log.err" &
+            start) "$bin" serve --port 0 --data-dir "$mnt/data" --web-root "$web" --log-level warning $argument > "$log.out" 2>> "$log.err" &
                    pid=$!; echo ok;;
             stop)  kill "$pid"; wait "$pid"; echo "exit $?";;
             fill)  cat /dev/zero > "$mnt/filler" 2>/dev/null; echo ok;;
@@ -47,38 +49,54 @@ final class ConfinedServer {
         exit 0
         """#
 
-    init() throws {
+    /// `size`: the tmpfs's (the store's WAL alone may grow to 4 MiB before a checkpoint).
+    init(size: String = "4m") throws {
         directory = try makeTemporaryDirectory()
         try FileManager.default.createDirectory(atPath: directory + "/mnt", withIntermediateDirectories: true)
         try Self.script.write(toFile: directory + "/control.sh", atomically: true, encoding: .utf8)
         process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
         process.arguments = [
             "-m", "/bin/bash", directory + "/control.sh", directory + "/mnt", productsDirectory + "/switchboard",
-            repositoryRoot + "/web", directory + "/serve",
+            repositoryRoot + "/web", directory + "/serve", size,
         ]
         process.standardInput = control
         process.standardOutput = replies
+        let buffered = self.buffered
+        replies.fileHandleForReading.readabilityHandler = { handle in
+            let data = handle.availableData
+            if data.isEmpty { handle.readabilityHandler = nil } else { buffered.withLock { $0 += String(decoding: data, as: UTF8.self) } }
+        }
         try process.run()
     }
 
     /// Runs one control command and returns its reply line.
+    /// Runs one control command and returns its reply line (waiting on a thread of its own).
     @discardableResult
-    func run(_ command: String) throws -> String {
-        control.fileHandleForWriting.write(Data((command + "\n").utf8))
-        let deadline = ContinuousClock.now + .seconds(20)
-        while !buffered.contains("\n") {
-            guard ContinuousClock.now < deadline, process.isRunning else { throw Timeout(what: "the control script's reply to \(command)") }
-            buffered += String(decoding: replies.fileHandleForReading.availableData, as: UTF8.self)
-        }
-        let line = String(buffered.prefix { $0 != "\n" })
-        buffered = String(buffered.drop { $0 != "\n" }.dropFirst())
-        return line
+    func run(_ command: String) async throws -> String {
+        try await offThePool { try self.blockingRun(command) }
     }
 
-    /// Starts the server; returns its base URL once it serves.
-    func start() async throws -> String {
+    private func blockingRun(_ command: String) throws -> String {
+        guard process.isRunning else { throw Timeout(what: "the control script (it exited) to run \(command)") }
+        control.fileHandleForWriting.write(Data((command + "\n").utf8))
+        let deadline = ContinuousClock.now + .seconds(20) * testSlowdown
+        while true {
+            let line = buffered.withLock { text -> String? in
+                guard let end = text.firstIndex(of: "\n") else { return nil }
+                let line = String(text[..<end])
+                text = String(text[text.index(after: end)...])
+                return line
+            }
+            if let line { return line }
+            guard ContinuousClock.now < deadline, process.isRunning else { throw Timeout(what: "the control script's reply to \(command)") }
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+    }
+
+    /// Starts the server (with more `arguments`); returns its base URL once it serves.
+    func start(_ arguments: String = "") async throws -> String {
         try? FileManager.default.removeItem(atPath: directory + "/serve.out")
-        #expect(try run("start") == "ok")
+        #expect(try await run("start " + arguments) == "ok")
         return try await within(.seconds(15), "the server to start") { [directory] in
             while true {
                 let printed = (try? String(contentsOfFile: directory + "/serve.out", encoding: .utf8)) ?? ""
@@ -99,21 +117,34 @@ final class ConfinedServer {
     var log: String { (try? String(contentsOfFile: directory + "/serve.err", encoding: .utf8)) ?? "" }
 
     func stop() {
-        _ = try? run("quit")
-        process.waitUntilExit()
+        _ = try? blockingRun("quit")
+        let deadline = ContinuousClock.now + .seconds(20)
+        while process.isRunning && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        if process.isRunning { process.terminate() }
         try? FileManager.default.removeItem(atPath: directory)
     }
 }
 
-@Suite(.serialized) struct StorageFaultTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct StorageFaultTests {
     static func waitUntilReady(_ base: String) async throws {
-        try await within(.seconds(10), "the store to take writes again") {
-            while try await HTTPClient.request("GET", base + "/readyz").status != 200 { try await Task.sleep(for: .milliseconds(100)) }
+        let last = Locked("")
+        do {
+            try await within(.seconds(10) * testSlowdown, "the store to take writes again") {
+                while true {
+                    let ready = try await HTTPClient.request("GET", base + "/readyz")
+                    if ready.status == 200 { return }
+                    last.withLock { $0 = ready.text }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+        } catch let timeout as Timeout {
+            throw Timeout(what: timeout.what + " (/readyz: \(last.withLock { $0 }))")
         }
     }
 
     /// The disk fills up in the middle of a call, then frees up; later the server starts on a
     /// read-only disk that becomes writable. Clear errors meanwhile, nothing lost, no corruption.
+    /// Covers: error:unavailable
     @Test(.enabled(if: ConfinedServer.available, "needs a mount namespace (unshare -m) to put the store on a small tmpfs"))
     func aFullOrReadOnlyDiskRefusesWritesClearlyLosesNothingAndRecovers() async throws {
         let confined = try ConfinedServer()
@@ -144,7 +175,7 @@ final class ConfinedServer {
         _ = try await event(bob, "call.incoming")
 
         // The disk fills up.
-        #expect(try confined.run("fill") == "ok")
+        #expect(try await confined.run("fill") == "ok")
         let refusedDevice = try await rest("PUT", "/v1/devices/phone", as: "bob", body: #"{"platform":"web"}"#)
         #expect(refusedDevice.status == 503)
         #expect(refusedDevice.text.contains("unavailable") && refusedDevice.text.contains("disk full"), "\(refusedDevice.text)")
@@ -161,7 +192,7 @@ final class ConfinedServer {
         #expect(try await alice.request(MessageType.roomJoin, id: "j", encoding: RoomJoinRequest(room: "still-works")).type == MessageType.ok)
 
         // Space returns: the waiting records are written, writes work again.
-        #expect(try confined.run("free") == "ok")
+        #expect(try await confined.run("free") == "ok")
         try await Self.waitUntilReady(base)
         #expect(try await rest("PUT", "/v1/devices/phone", as: "bob", body: #"{"platform":"web"}"#).status == 200)
         let history = try JSONDecoder().decode(JSONValue.self, from: Data(try await rest("GET", "/v1/calls", as: "bob").body))
@@ -178,24 +209,84 @@ final class ConfinedServer {
 
         // The server starts on a read-only disk: it serves, refuses writes clearly, and takes
         // them once the disk is writable again.
-        #expect(try confined.run("stop") == "exit 0")
-        #expect(try confined.run("ro") == "ok 0")
+        #expect(try await confined.run("stop") == "exit 0")
+        #expect(try await confined.run("ro") == "ok 0")
         base = try await confined.start()
         let readOnly = try await HTTPClient.request("GET", base + "/readyz")
         #expect(readOnly.status == 503 && readOnly.text.contains("read-only"), "\(readOnly.text)")
         #expect(try await rest("GET", "/v1/calls", as: "bob").status == 200, "reads work")
         #expect(try await rest("PUT", "/v1/devices/tablet", as: "bob", body: #"{"platform":"web"}"#).status == 503)
-        #expect(try confined.run("rw") == "ok 0")
+        #expect(try await confined.run("rw") == "ok 0")
         try await Self.waitUntilReady(base)
         #expect(try await rest("PUT", "/v1/devices/tablet", as: "bob", body: #"{"platform":"web"}"#).status == 200)
 
         // What the disk holds is sound and whole.
-        #expect(try confined.run("stop") == "exit 0")
-        #expect(try confined.run("copy \(confined.directory)/copy") == "ok")
+        #expect(try await confined.run("stop") == "exit 0")
+        #expect(try await confined.run("copy \(confined.directory)/copy") == "ok")
         let store = try Store(directory: confined.directory + "/copy")
         defer { store.close() }
         #expect(try store.integrityCheck() == "ok")
         #expect(try store.devices(appID: try #require(store.allApps().first?.id), userID: "bob").map(\.deviceID).sorted() == ["phone", "tablet"])
         #expect(try store.history(appID: try #require(store.allApps().first?.id), userID: "alice", limit: 10, before: nil).count == 1)
+    }
+
+    /// The disk fills with more writes waiting than `store_backlog_writes`: the oldest are lost
+    /// and counted, the backlog never holds more than the limit, and the newest are written
+    /// once the disk recovers.
+    /// Covers: limit:store_backlog_writes
+    @Test(.enabled(if: ConfinedServer.available, "needs a mount namespace (unshare -m) to put the store on a small tmpfs"))
+    func pastTheBacklogLimitTheOldestWaitingWritesAreLostAndTheNewestKept() async throws {
+        let confined = try ConfinedServer(size: "32m")
+        defer { confined.stop() }
+        let base = try await confined.start("--store-backlog-writes 100 --invites-per-minute 1000 --invites-per-pair-per-minute 1000")
+        let (apiKey, secret) = try confined.credentials()
+        func token(_ identity: String) -> String {
+            AccessTokenVerifier.sign(
+                AccessTokenIssuer.claims(apiKey: apiKey, identity: identity, name: nil, grants: Grants(call: true), ttlSeconds: 600),
+                secret: secret)
+        }
+        @Sendable func metric(_ name: String) async throws -> Double {
+            let text = try await HTTPClient.request("GET", base + "/metrics").text
+            let line = try #require(text.split(separator: "\n").first { $0.hasPrefix(name + " ") }, "\(name) in /metrics")
+            return Double(line.split(separator: " ").last ?? "") ?? -1
+        }
+        let ws = base.replacingOccurrences(of: "http:", with: "ws:") + "/v1/ws?access_token="
+        let alice = try await TestClient.connect(ws + token("alice") + "&device_id=a")
+        #expect(try await alice.nextEnvelope().type == MessageType.sessionWelcome)
+        let bob = try await TestClient.connect(ws + token("bob") + "&device_id=b")
+        #expect(try await bob.nextEnvelope().type == MessageType.sessionWelcome)
+        defer { bob.socket.close() }
+        var calls: [String] = []
+        for index in 0..<80 {
+            let reply = try await alice.request(MessageType.callCreate, id: .string("c\(index)"), encoding: CallCreateRequest(callees: ["bob"]))
+            calls.append(try #require(reply.data?["call_id"]?.stringValue, "\(reply)"))
+        }
+        try await Self.waitUntilReady(base)
+        #expect(try await confined.run("fill") == "ok")
+        // Each cancel waits to write the call, its history and its trace: far more than 100.
+        for (index, callID) in calls.enumerated() {
+            let reply = try await alice.request(MessageType.callCancel, id: .string("x\(index)"), encoding: CallActionRequest(callID: callID))
+            #expect(reply.type == MessageType.ok, "\(reply)")
+        }
+        try await within(.seconds(10) * testSlowdown, "writes to be dropped") {
+            while try await metric("switchboard_store_writes_dropped_total") < 1 { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(try await metric("switchboard_store_backlog") == 100, "the backlog holds the limit, no more")
+        let dropped = try await metric("switchboard_store_writes_dropped_total")
+        #expect(confined.log.contains("store backlog full"))
+
+        #expect(try await confined.run("free") == "ok")
+        try await Self.waitUntilReady(base)
+        try await within(.seconds(10) * testSlowdown, "the backlog to be written") {
+            while try await metric("switchboard_store_backlog") != 0 { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(try await metric("switchboard_store_writes_dropped_total") == dropped, "nothing more lost once writable")
+        let response = try await HTTPClient.request("GET", base + "/v1/calls?limit=200", headers: [("Authorization", "Bearer " + token("alice"))])
+        let history = try JSONDecoder().decode(JSONValue.self, from: Data(response.body))
+        guard case .array(let entries)? = history["calls"] else { throw Timeout(what: "alice's history: \(response.text)") }
+        let ended = entries.filter { $0["outcome"] == "cancelled" }.compactMap { $0["call_id"]?.stringValue }
+        #expect(ended.contains(calls.last!), "the newest waiting write was kept")
+        #expect(ended.count < calls.count, "the oldest were lost: \(ended.count) of \(calls.count) cancelled calls recorded")
+        alice.socket.close()
     }
 }

@@ -6,7 +6,7 @@ import Testing
 
 /// Recovery at start ends only the calls of processes that are gone, never those of the
 /// process that runs it (the design a store shared by several servers needs).
-@Suite struct StoreRecoveryTests {
+@Suite(.timeLimit(.minutes(3))) struct StoreRecoveryTests {
     func ringing(_ id: String) -> CallState {
         CallState(
             id: id, appID: "app", caller: "alice", callerDevice: "a", callees: ["bob"], busy: [], unreachable: [],

@@ -2,9 +2,10 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardTesting
 import Testing
 
-@Suite struct WebSocketTests {
+@Suite(.timeLimit(.minutes(3))) struct WebSocketTests {
     @Test func validTokenInQueryOpensASessionWithAWelcome() async throws {
         let server = try TestServer()
         defer { server.stop() }
@@ -46,6 +47,7 @@ import Testing
         return (response.status, code)
     }
 
+    /// Covers: error:unauthorized, error:token_expired
     @Test func missingOrBadTokensAreRefusedWith401BeforeTheUpgrade() async throws {
         let server = try TestServer()
         defer { server.stop() }
@@ -64,6 +66,7 @@ import Testing
         #expect(server.server.metrics.counter("switchboard_connections_refused_total", ["reason": "unauthorized"]) >= 4)
     }
 
+    /// Covers: error:malformed_json, error:bad_request, error:unknown_type
     @Test func malformedJSONGetsAnErrorAndTheConnectionStaysOpen() async throws {
         let server = try TestServer()
         defer { server.stop() }
@@ -115,15 +118,25 @@ import Testing
         client.socket.close()
     }
 
+    /// A message of exactly `max_message_bytes` is served; one byte more closes with 1009.
+    /// Covers: limit:max_message_bytes, close:1009
     @Test func oversizedMessageClosesWith1009() async throws {
         let server = try TestServer { $0.limits.maxMessageBytes = 4096 }
         defer { server.stop() }
         let client = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token())
         _ = try await client.nextEnvelope()
-        client.sendRaw(#"{"type":"ping","id":1,"data":""# + String(repeating: "x", count: 5000) + #""}"#)
+        func message(_ size: Int) -> String {
+            let frame = (#"{"type":"ping","id":1,"data":{"pad":""#, #""}}"#)
+            return frame.0 + String(repeating: "x", count: size - frame.0.utf8.count - frame.1.utf8.count) + frame.1
+        }
+        #expect(message(4096).utf8.count == 4096)
+        client.sendRaw(message(4096))
+        #expect(try await client.nextEnvelope().type == MessageType.ok, "a message at the limit is served")
+        client.sendRaw(message(4097))
         #expect(try await client.closeCode() == 1009)
     }
 
+    /// Covers: limit:idle_timeout_seconds, limit:ping_interval_seconds
     @Test func silentPeerIsClosedByTheIdleTimeout() async throws {
         let server = try TestServer {
             $0.limits.pingIntervalSeconds = 1
@@ -135,15 +148,18 @@ import Testing
         defer { socket.close() }
         try socket.requestUpgrade(token: server.token())
         let started = ContinuousClock.now
-        let received = try socket.readUntilClosed(limit: .seconds(10))
+        let received = try await socket.readUntilClosed(limit: .seconds(10) * testSlowdown)
         let elapsed = ContinuousClock.now - started
         #expect(String(decoding: received.prefix(12), as: UTF8.self) == "HTTP/1.1 101")
         #expect(received.contains(0x89), "the server pinged before giving up")
-        #expect(elapsed >= .seconds(1.5) && elapsed < .seconds(6), "closed after \(elapsed)")
+        // Not before the idle timeout (less the sweep's granularity); the upper bound only stops
+        // a wait that would never end.
+        #expect(elapsed >= .seconds(1.5), "closed after \(elapsed)")
     }
 
     /// A ping flood never reaches the application (libwebsockets answers pings itself); the
     /// kernel's byte count does, and the flooder is dropped while a normal client stays.
+    /// Covers: limit:max_receive_bytes_per_second
     @Test func aPingFloodIsDroppedByTheReceiveRateLimit() async throws {
         let server = try TestServer {
             $0.limits.pingIntervalSeconds = 1  // keepalive visits every 250 ms
@@ -155,22 +171,8 @@ import Testing
         let socket = try RawSocket(port: server.server.port)
         defer { socket.close() }
         try socket.requestUpgrade(token: server.token())
-        #expect(try socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
-        // 1,000 masked pings of 4 bytes per write: 10 KB.
-        let ping: [UInt8] = [0x89, 0x84, 1, 2, 3, 4, 0x71, 0x6F, 0x70, 0x6D]
-        let batch = Array((0..<1000).map { _ in ping }.joined())
-        // On a thread of its own: blocking sends must not hold one of the test pool's threads.
-        let flood = Task.detached { () -> (Duration, Int) in
-            await withCheckedContinuation { continuation in
-                Thread.detachNewThread {
-                    let started = ContinuousClock.now
-                    var sent = 0
-                    while socket.send(batch), ContinuousClock.now - started < .seconds(10) { sent += batch.count }
-                    continuation.resume(returning: (ContinuousClock.now - started, sent))
-                }
-            }
-        }
-        let (elapsed, sent) = await flood.value
+        #expect(try await socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
+        let (elapsed, sent) = try await socket.floodPings(for: .seconds(10))
         #expect(elapsed < .seconds(10), "the flood was still accepted after 10 s (\(sent) bytes)")
         try await within(.seconds(5), "the server to count the drop") {
             while server.server.metrics.counter("switchboard_disconnects_total", ["reason": "receive_rate"]) < 1 {
@@ -183,20 +185,24 @@ import Testing
 
     /// An identity that keeps reconnecting (a flooder cut off again and again) is refused
     /// before the upgrade once it has used its connects; other identities are not.
+    /// Covers: limit:connects_per_identity_per_minute
     @Test func reconnectingPastTheConnectLimitIsRefusedWithRetryAfter() async throws {
         let server = try TestServer { $0.limits.connectsPerIdentityPerMinute = 3 }
         defer { server.stop() }
-        func upgrade(_ identity: String) throws -> String {
+        func upgrade(_ identity: String) async throws -> String {
             let socket = try RawSocket(port: server.server.port)
             defer { socket.close() }
             try socket.requestUpgrade(token: server.token(identity))
-            return try socket.readHandshakeResponse()
+            return try await socket.readHandshakeResponse()
         }
-        for _ in 0..<3 { #expect(try upgrade("mallory").hasPrefix("HTTP/1.1 101")) }
-        let refused = try upgrade("mallory")
+        for _ in 0..<3 { #expect(try await upgrade("mallory").hasPrefix("HTTP/1.1 101")) }
+        let refused = try await upgrade("mallory")
         #expect(refused.split(separator: "\r\n").first?.split(separator: " ").dropFirst().first == "429", "\(refused)")
-        #expect(refused.lowercased().contains("retry-after: 20"), "one connect every 20 s at 3 a minute: \(refused)")
-        #expect(try upgrade("alice").hasPrefix("HTTP/1.1 101"), "other identities connect")
+        // One connect every 20 s at 3 a minute: the next is at most 20 s away (a little less
+        // when the connects above took a while).
+        let retryAfter = refused.lowercased().firstMatch(of: /retry-after: (\d+)/).flatMap { Int($0.1) }
+        #expect(retryAfter.map { (10...20).contains($0) } == true, "\(refused)")
+        #expect(try await upgrade("alice").hasPrefix("HTTP/1.1 101"), "other identities connect")
         #expect(server.server.metrics.counter("switchboard_connections_refused_total", ["reason": "rate_limited"]) == 1)
     }
 
@@ -213,6 +219,7 @@ import Testing
         client.socket.close()
     }
 
+    /// Covers: limit:send_queue_bytes, close:1008
     @Test func clientThatDoesNotReadIsDroppedAsASlowConsumer() async throws {
         let server = try TestServer { $0.limits.sendQueueBytes = 4096 }
         defer { server.stop() }
@@ -220,29 +227,41 @@ import Testing
         defer { socket.close() }
         try socket.requestUpgrade(token: server.token())
         // RFC 6455 4.1: a client sends nothing more until the server's handshake has arrived.
-        #expect(try socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
+        #expect(try await socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
         // Ask for many replies and never read one: the kernel buffers fill, then the send queue.
         let metrics = server.server.metrics
         let deadline = ContinuousClock.now + .seconds(60)
-        var sent = 0
-        while metrics.counter("switchboard_disconnects_total", ["reason": "slow_consumer"]) == 0 && ContinuousClock.now < deadline {
-            do {
-                for _ in 0..<500 { try socket.writeTextFrame(#"{"type":"session.info","id":\#(sent)}"#); sent += 1 }
-            } catch {
-                break  // the server closed the connection
+        // Writes block once the buffers are full: on a thread of their own.
+        try await offThePool {
+            var sent = 0
+            while metrics.counter("switchboard_disconnects_total", ["reason": "slow_consumer"]) == 0 && ContinuousClock.now < deadline {
+                do {
+                    for _ in 0..<500 { try socket.writeTextFrame(#"{"type":"session.info","id":\#(sent)}"#); sent += 1 }
+                } catch {
+                    break  // the server closed the connection
+                }
             }
         }
-        try await within(.seconds(10), "the slow-consumer disconnect") {
+        try await within(.seconds(10) * testSlowdown, "the slow consumer to be dropped") {
             while metrics.counter("switchboard_disconnects_total", ["reason": "slow_consumer"]) == 0 {
                 try await Task.sleep(for: .milliseconds(10))
             }
         }
+        // Reading now, it gets what the kernel held, then the close: 1008 "send queue full".
+        var close: [UInt8]?
+        while close == nil {
+            let (opcode, payload) = try await socket.readFrame(limit: .seconds(10) * testSlowdown)
+            if opcode == 0x8 { close = payload }
+        }
+        #expect(close?.prefix(2) == [0x03, 0xF0], "close code 1008")
+        #expect(String(decoding: close?.dropFirst(2) ?? [], as: UTF8.self) == "send queue full")
         // The server is still fine for everyone else.
         let client = try await TestClient.connect(server.webSocketURL + "?access_token=" + server.token())
         #expect(try await client.nextEnvelope().type == MessageType.sessionWelcome)
         client.socket.close()
     }
 
+    /// Covers: close:1001
     @Test func gracefulShutdownClosesWebSocketsWith1001() async throws {
         let server = try TestServer()
         let clients = try await withThrowingTaskGroup(of: TestClient.self) { group in
@@ -297,6 +316,7 @@ import Testing
 /// A blocking TCP client for what a WebSocket library would not do (stay silent, for example).
 final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a time
     private let fd: Int32
+    private var closed = false
 
     init(port: Int, receiveBuffer: Int32? = nil) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -318,17 +338,89 @@ final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a
         guard Glibc.write(fd, bytes, bytes.count) == bytes.count else { throw Timeout(what: "a socket write") }
     }
 
-    /// Writes a WebSocket upgrade request for `/v1/ws` with this access token.
-    func requestUpgrade(token: String) throws {
+    /// Writes a WebSocket upgrade request for `/v1/ws` with this access token (and more of the
+    /// query: `&resume_token=…`).
+    func requestUpgrade(token: String, query: String = "") throws {
         try write(
-            "GET /v1/ws?access_token=\(token) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+            "GET /v1/ws?access_token=\(token)\(query) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
                 + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
     }
 
-    /// Sends one masked text frame, as a client must (RFC 6455 5.3).
-    func writeTextFrame(_ text: String) throws {
-        let payload = Array(text.utf8)
-        var frame: [UInt8] = [0x81]
+    /// Upgrades to a session and returns its first message (`session.welcome` or `.resumed`).
+    func openSession(token: String, query: String = "") async throws -> JSONValue {
+        try requestUpgrade(token: token, query: query)
+        let head = try await readHandshakeResponse()
+        guard head.hasPrefix("HTTP/1.1 101") else { throw Timeout(what: "the upgrade, got \(head)") }
+        return try await readJSON()
+    }
+
+    /// The next text message as JSON (pings are answered; other control frames skipped).
+    func readJSON(limit: Duration = .seconds(5) * testSlowdown) async throws -> JSONValue {
+        let deadline = ContinuousClock.now + limit
+        while true {
+            let (opcode, payload) = try await readFrame(limit: deadline - ContinuousClock.now)
+            switch opcode {
+            case 0x1: return try JSONDecoder().decode(JSONValue.self, from: Data(payload))
+            case 0x8: throw Timeout(what: "a message (the server closed: \(payload.prefix(2)))")
+            case 0x9: _ = send(maskedFrame(opcode: 0xA, payload))
+            default: continue
+            }
+        }
+    }
+
+    /// Reads one whole frame from the server (unmasked, RFC 6455 5.1), within `limit`, on a
+    /// thread of its own (a blocking read must not hold one of the tests' few threads).
+    func readFrame(limit: Duration) async throws -> (opcode: UInt8, payload: [UInt8]) {
+        let frame = try await offThePool { try self.blockingReadFrame(limit: limit) }
+        return (frame.0, frame.1)
+    }
+
+    private func blockingReadFrame(limit: Duration) throws -> (UInt8, [UInt8]) {
+        let deadline = ContinuousClock.now + limit
+        func exactly(_ count: Int) throws -> [UInt8] {
+            var bytes: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: max(count, 1))
+            while bytes.count < count {
+                let left = deadline - ContinuousClock.now
+                guard left > .zero else { throw Timeout(what: "a frame from the server") }
+                var timeout = timeval(tv_sec: Int(left.components.seconds), tv_usec: Int(left.components.attoseconds / 1_000_000_000_000) + 1)
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                let got = read(fd, &buffer, count - bytes.count)
+                if got == 0 { throw Timeout(what: "a frame (the connection ended)") }
+                if got < 0 {
+                    if errno == EAGAIN || errno == EINTR { continue }
+                    throw Timeout(what: "a frame (errno \(errno))")
+                }
+                bytes += buffer[0..<got]
+            }
+            return bytes
+        }
+        let head = try exactly(2)
+        var length = Int(head[1] & 0x7F)
+        if length == 126 {
+            length = try exactly(2).reduce(0) { $0 << 8 | Int($1) }
+        } else if length == 127 {
+            length = try exactly(8).reduce(0) { $0 << 8 | Int($1) }
+        }
+        return (head[0] & 0x0F, try exactly(length))
+    }
+
+    /// Sends masked pings (1,000 of 4 bytes per write: 10 KB) for `duration` or until the
+    /// server stops taking them, on a thread of its own; returns how long and how many bytes.
+    func floodPings(for duration: Duration) async throws -> (elapsed: Duration, bytes: Int) {
+        let ping: [UInt8] = [0x89, 0x84, 1, 2, 3, 4, 0x71, 0x6F, 0x70, 0x6D]
+        let batch = Array((0..<1000).map { _ in ping }.joined())
+        return try await offThePool {
+            let started = ContinuousClock.now
+            var sent = 0
+            while ContinuousClock.now - started < duration, self.send(batch) { sent += batch.count }
+            return (ContinuousClock.now - started, sent)
+        }
+    }
+
+    /// A masked client frame (RFC 6455 5.3).
+    func maskedFrame(opcode: UInt8, _ payload: [UInt8]) -> [UInt8] {
+        var frame: [UInt8] = [0x80 | opcode]
         if payload.count < 126 {
             frame.append(0x80 | UInt8(payload.count))
         } else {
@@ -337,7 +429,24 @@ final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a
         let mask: [UInt8] = [0x12, 0x34, 0x56, 0x78]
         frame += mask
         frame += payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
-        guard send(frame) else { throw Timeout(what: "a socket write (errno \(errno))") }
+        return frame
+    }
+
+    /// The connection dies as a network failure kills it: a TCP reset, no close frame.
+    func reset() {
+        var noLinger = linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &noLinger, socklen_t(MemoryLayout<linger>.size))
+        close()
+    }
+
+    /// The connection ends with a TCP FIN and no close frame (a process that exits mid-session).
+    func shutdownWithoutClosing() {
+        Glibc.shutdown(fd, Int32(SHUT_RDWR))
+    }
+
+    /// Sends one masked text frame, as a client must (RFC 6455 5.3).
+    func writeTextFrame(_ text: String) throws {
+        guard send(maskedFrame(opcode: 0x1, Array(text.utf8))) else { throw Timeout(what: "a socket write (errno \(errno))") }
     }
 
     /// Sends bytes without raising SIGPIPE; false once the peer has closed or reset.
@@ -351,8 +460,15 @@ final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a
         return true
     }
 
-    /// Reads the HTTP response head (up to the blank line), byte by byte so nothing after it is taken.
-    func readHandshakeResponse() throws -> String {
+    /// Reads the HTTP response head (up to the blank line), byte by byte so nothing after it is
+    /// taken; within 10 s (on a thread of its own).
+    func readHandshakeResponse() async throws -> String {
+        try await offThePool { try self.blockingHandshakeResponse() }
+    }
+
+    private func blockingHandshakeResponse() throws -> String {
+        var timeout = timeval(tv_sec: 10 * testSlowdown, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var head: [UInt8] = []
         var byte: UInt8 = 0
         while !head.suffix(4).elementsEqual([13, 10, 13, 10]) {
@@ -362,8 +478,12 @@ final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a
         return String(decoding: head, as: UTF8.self)
     }
 
-    /// Reads until the peer closes; fails after `limit`.
-    func readUntilClosed(limit: Duration) throws -> [UInt8] {
+    /// Reads until the peer closes; fails after `limit` (on a thread of its own).
+    func readUntilClosed(limit: Duration) async throws -> [UInt8] {
+        try await offThePool { try self.blockingReadUntilClosed(limit: limit) }
+    }
+
+    private func blockingReadUntilClosed(limit: Duration) throws -> [UInt8] {
         var timeout = timeval(tv_sec: Int(limit.components.seconds), tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var received: [UInt8] = []
@@ -376,5 +496,9 @@ final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a
         }
     }
 
-    func close() { Glibc.close(fd) }
+    func close() {
+        guard !closed else { return }
+        closed = true
+        Glibc.close(fd)
+    }
 }

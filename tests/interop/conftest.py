@@ -3,8 +3,10 @@
 import json
 import os
 import re
+import select
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -28,17 +30,24 @@ class Server:
 
     def __init__(self, *args, data_dir=None):
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="switchboard-interop-")
+        self.log = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(
             [BINARY, "serve", "--port", "0", "--data-dir", self.data_dir, "--web-root", os.path.join(ROOT, "web"),
              "--log-level", "warn", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=self.log)
+        # Read what it prints with a deadline: a server that prints nothing must fail the
+        # fixture, not block it.
         out = ""
         deadline = time.time() + 20
+        fd = self.process.stdout.fileno()
         while "Switchboard is running" not in out:
-            line = self.process.stdout.readline()
-            if not line or time.time() > deadline:
-                raise RuntimeError("server did not start: " + out + self.process.stderr.read())
-            out += line
+            left = deadline - time.time()
+            if left <= 0 or self.process.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError("server did not start: " + out + self.log.read())
+            ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+            if ready:
+                out += os.read(fd, 65536).decode()
         self.base_url = re.search(r"Switchboard is running: (http://[^/]+)/", out).group(1)
         key = re.search(r"API key\s+(sbk_\w+)", out)
         secret = re.search(r"API secret\s+(\w+)", out)
@@ -72,6 +81,7 @@ class Server:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+        self.log.close()
 
 
 class Coturn:
@@ -94,9 +104,23 @@ class Coturn:
             f.write(config + "\n")
         self.log = open(os.path.join(self.dir, "turnserver.log"), "w")
         self.process = subprocess.Popen(["turnserver", "-c", path], stdout=self.log, stderr=subprocess.STDOUT)
-        time.sleep(0.7)
-        if self.process.poll() is not None:
-            raise RuntimeError("turnserver exited: " + open(os.path.join(self.dir, "turnserver.log")).read())
+        # Ready when it answers a STUN binding request (RFC 5389), not after a guessed sleep.
+        deadline = time.time() + 20
+        while not self.answers_stun():
+            if self.process.poll() is not None or time.time() > deadline:
+                raise RuntimeError("turnserver did not start: " + open(os.path.join(self.dir, "turnserver.log")).read())
+            time.sleep(0.05)
+
+    def answers_stun(self):
+        request = struct.pack("!HHI12s", 0x0001, 0, 0x2112A442, os.urandom(12))
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(0.2)
+            s.sendto(request, ("127.0.0.1", self.port))
+            try:
+                reply, _ = s.recvfrom(2048)
+            except OSError:
+                return False
+        return len(reply) >= 20 and struct.unpack("!H", reply[:2])[0] == 0x0101 and reply[8:20] == request[8:20]
 
     @property
     def url(self):

@@ -186,6 +186,7 @@ async def relay_candidates(configuration):
     return candidates
 
 
+# Covers: limit:turn_ttl_seconds
 def test_turn_credentials_past_their_expiry_are_refused(coturn):
     server = Server("--turn-urls", coturn.url, "--turn-secret", coturn.secret, "--turn-ttl-seconds", "1")
     try:
@@ -197,5 +198,8 @@ def test_turn_credentials_past_their_expiry_are_refused(coturn):
         expired = asyncio.run(relay_candidates(configuration))
         print(f"expired credentials ({credentials['expires_at']}): {len(expired)} relay candidates")
         assert expired == [], "coturn refuses an allocation with expired credentials"
+        # coturn is alive and still allocates for fresh credentials: the refusal was the expiry.
+        renewed, _ = turn_configuration(server, server.token("late"))
+        assert any(" typ relay" in c for c in asyncio.run(relay_candidates(renewed))), "fresh credentials still allocate"
     finally:
         server.stop()
