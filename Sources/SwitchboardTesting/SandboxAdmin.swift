@@ -155,6 +155,8 @@ final class SandboxAdmin: HTTPServerHandler, @unchecked Sendable {
         tokenOfConnection[connection] = token
         subscribedTokens.withLock { $0.insert(token) }
         logger.debug("device subscribed", ["token": Redact.token(token)])
+        // From now on pushes for the token reach it: said first, so a device can wait for it.
+        server?.send(OutboundFrame(text: #"{"subscribed":true}"#), to: connection)
     }
 
     func webSocketReceived(_ connection: ConnectionID, message: [UInt8], binary: Bool) {}

@@ -147,8 +147,8 @@ actor Softphone {
         try await DeviceRegistrar(client: client).register(
             voipToken: voip, apnsToken: apns, environment: "sandbox", bundleID: "com.example.switchboard", appVersion: "phone",
             policy: region)
-        say("ready: \(identity) on \(device) (\(region == .callKit ? "CallKit" : "no CallKit"))")
         if let sandboxAdmin { try await subscribe(to: sandboxAdmin, voip: voip, apns: apns) }
+        say("ready: \(identity) on \(device) (\(region == .callKit ? "CallKit" : "no CallKit"))")
     }
 
     /// The sandbox's device stream stands in for PushKit (VoIP) and for notifications (alert).
@@ -158,12 +158,23 @@ actor Softphone {
             components.scheme = "ws"
             components.path = "/devices/\(token)"
             let stream = try await WebSocketClient.connect(to: components.url!, on: deviceLoop)
+            let subscribed = AsyncStream<Void>.makeStream()
             tasks.append(Task { [weak self] in
                 for await event in stream.events {
                     guard case .text(let text) = event, let self else { continue }
-                    await self.push(text, kind: kind)
+                    if text.contains(#""subscribed":true"#) { subscribed.continuation.yield() } else { await self.push(text, kind: kind) }
                 }
+                subscribed.continuation.finish()
             })
+            // Ready only once the sandbox delivers the token's pushes here (within 10 s).
+            let confirmed = await withTaskGroup(of: Bool.self) { group in
+                group.addTask { for await _ in subscribed.stream { return true }; return false }
+                group.addTask { try? await Task.sleep(for: .seconds(10)); return false }
+                let first = await group.next() ?? false
+                group.cancelAll()
+                return first
+            }
+            guard confirmed else { throw PhoneError("the APNs sandbox did not confirm the device subscription at \(components.url!)") }
         }
     }
 
@@ -296,4 +307,10 @@ actor Softphone {
         deviceLoop.stop()
         return violations.isEmpty
     }
+}
+
+/// Why the softphone cannot go on, as a sentence.
+struct PhoneError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
 }

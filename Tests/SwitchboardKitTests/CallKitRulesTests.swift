@@ -257,3 +257,35 @@ import Testing
         await #expect(throws: CallSystemError.unknownCallUUID) { try await system.request(.end(UUID())) }
     }
 }
+
+/// A reconnect storm: a hundred SDK clients lose their connections at the same moment (each
+/// connection reset, as a network failure does it), and every one comes back by itself and
+/// resumes its session.
+@Suite(.timeLimit(.minutes(3))) struct ReconnectStormTests {
+    @Test func aHundredClientsDroppedAtOnceAllResumeBySelf() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let metrics = try #require(stack.server?.metrics)
+        var clients: [SwitchboardClient] = []
+        for index in 0..<100 {
+            let token = stack.token("user\(index)")
+            var options = SwitchboardClient.Options()
+            options.initialBackoff = .milliseconds(50)
+            let client = try SwitchboardClient(serverURL: stack.url, deviceID: "d\(index)", options: options) { token }
+            try await client.connect()
+            clients.append(client)
+        }
+        #expect(metrics.gauge("switchboard_connections") == 100)
+        for client in clients { await client.simulateNetworkDrop() }
+        try await eventually("every client to resume", within: .seconds(30)) {
+            metrics.counter("switchboard_resumes_total", ["outcome": "resumed"]) >= 100
+        }
+        #expect(metrics.counter("switchboard_resumes_total", ["outcome": "failed"]) == 0, "no session was lost")
+        #expect(metrics.counter("switchboard_disconnects_total", ["reason": "lost"]) == 100, "each drop was a reset, not a close")
+        try await eventually("every connection back") { metrics.gauge("switchboard_connections") == 100 }
+        for (index, client) in clients.enumerated() {
+            try await eventually("client \(index) to say it is connected") { await client.isConnected }
+        }
+        for client in clients { await client.disconnect() }
+    }
+}

@@ -147,16 +147,18 @@ final class Phone: Sendable {
         let stream = try await WebSocketClient.connect(
             to: URL(string: "ws://127.0.0.1:\(stack.sandbox.adminPort)/devices/\(voipToken)")!, on: stack.clientLoop)
         let pushes = self.pushes
+        let subscribed = Locked(false)
         Task {
             for await event in stream.events {
-                guard case .text(let text) = event,
-                    let record = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)).objectValue,
-                    case .object(let payload)? = record["payload"], record["push_type"] == "voip"
+                guard case .text(let text) = event, let record = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)).objectValue
                 else { continue }
+                if record["subscribed"] == true { subscribed.withLock { $0 = true } }
+                guard case .object(let payload)? = record["payload"], record["push_type"] == "voip" else { continue }
                 pushes.withLock { $0.append(payload) }
             }
         }
-        try await Task.sleep(for: .milliseconds(50))
+        // Pushes reach this stream only once the sandbox says it is subscribed.
+        try await eventually("the sandbox to confirm the device subscription") { subscribed.withLock { $0 } }
     }
 
     /// Waits for the next VoIP push and hands it to the app as PushKit would.
@@ -272,10 +274,10 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         let id = try await createCall(alice, to: "bob")
         try await bob.receivePush()
         try await alice.request(MessageType.callCancel, encoding: CallActionRequest(callID: id.uuidString.lowercased()))
-        try await Task.sleep(for: .milliseconds(300))
+        // Whether or not the phone has heard of the cancel yet, the answer must fail.
         let answered = await bob.system.userAnswers(id)
         #expect(!answered)
-        #expect(bob.ended(id) != nil)
+        try await eventually("the call to end on the phone") { bob.ended(id) != nil }
         #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
         await alice.disconnect()
         await bob.client.disconnect()
@@ -322,8 +324,14 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         let id = try await createCall(alice, to: "bob")
         try await eventually("bob's phone to ring") { bob.system.call(id) != nil }
         #expect(await bob.system.userAnswers(id))
-        try await bob.receivePush()  // the push for the same call arrives after the answer
-        try await Task.sleep(for: .milliseconds(300))
+        // The push for the same call arrives after the answer; the phone asks the server about
+        // it (the barrier: that request was answered) and keeps the call.
+        let metrics = try #require(stack.server?.metrics)
+        let asked: @Sendable () -> Double = { metrics.counter("switchboard_http_requests_total", ["method": "GET", "route": "/v1/calls/{id}", "status": "200"]) }
+        let before = asked()
+        try await bob.receivePush()
+        try await eventually("the phone to ask the server about the late push's call") { asked() > before }
+        try await Task.sleep(for: .milliseconds(100))  // the answer's handling, after the barrier
         #expect(bob.ended(id) == nil, "still in the call")
         #expect(bob.system.calls.count == 1)
         #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")

@@ -107,6 +107,17 @@ final class CallFixture: Sendable {
         }
     }
 
+    /// A barrier for "no push was sent": a call from `caller` to a phone of its own, sent after
+    /// everything before it, whose VoIP push has arrived (then cancelled). APNs pushes go out
+    /// in order on the server's connections, so any push that was coming has come by then.
+    func pushBarrier(from caller: TestClient) async throws {
+        let seed = Int.random(in: 900_000..<999_999)
+        try await registerPhone("barrier-\(seed)", device: "phone", seed: seed)
+        let callID = try await call(caller, to: ["barrier-\(seed)"])
+        try await waitForPushes(1, type: "voip", callID: callID)
+        _ = try await act(caller, MessageType.callCancel, callID)
+    }
+
     func waitForPushes(_ count: Int, type: String, callID: String) async throws {
         try await within(.seconds(5), "\(count) \(type) pushes") { [self] in
             while pushes(type: type, callID: callID).count < count { try await Task.sleep(for: .milliseconds(20)) }
@@ -180,18 +191,20 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(ended.data?["outcome"] == "completed")
 
         // No further VoIP push for anything but the invite.
-        try await Task.sleep(for: .milliseconds(200))
-        #expect(fixture.pushes(type: "voip").count == 2)
+        try await fixture.pushBarrier(from: alice)
+        #expect(fixture.pushes(type: "voip", callID: callID).count == 2)
+        #expect(fixture.pushes(type: "voip").filter { [phone.voip, tablet.voip].contains($0.token) }.count == 2)
 
         fixture.server.server.store.flush()
         let aliceHistory = try await fixture.get("/v1/calls", as: "alice")
-        let aliceEntry = try #require(aliceHistory["calls"].flatMap { if case .array(let list) = $0 { list.first } else { nil } })
+        let aliceEntry = try #require(
+            aliceHistory["calls"].flatMap { if case .array(let list) = $0 { list.first { $0["call_id"]?.stringValue == callID } } else { nil } })
         #expect(aliceEntry["direction"] == "outgoing")
         #expect(aliceEntry["outcome"] == "completed")
         #expect(aliceEntry["peers"] == ["bob"])
         let bobHistory = try await fixture.get("/v1/calls", as: "bob")
-        #expect(bobHistory["calls"]?.objectValue == nil)
-        guard case .array(let bobCalls)? = bobHistory["calls"] else { throw Timeout(what: "bob's history") }
+        guard case .array(let bobCalls)? = bobHistory["calls"] else { throw Timeout(what: "bob's history: \(bobHistory)") }
+        #expect(bobCalls.count == 1)
         #expect(bobCalls.first?["outcome"] == "completed")
         #expect(bobCalls.first?["ended_by"] == "alice")
 
@@ -308,7 +321,7 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         let second = try await fixture.call(alice, to: ["bob"])
         #expect(try await event(alice, "call.busy").data?["callee"] == "bob")
         #expect(try await event(alice, "call.ended").data?["outcome"] == "busy")
-        try await Task.sleep(for: .milliseconds(200))
+        try await fixture.pushBarrier(from: alice)
         #expect(fixture.pushes(type: "voip", callID: second).isEmpty)
     }
 
@@ -352,8 +365,9 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
             "POST", fixture.server.baseURL + "/v1/calls", headers: [("Authorization", "Bearer " + fixture.token("alice"))],
             body: Array(#"{"callees":["bob"]}"#.utf8))
         #expect(limited.status == 429)
-        try await Task.sleep(for: .milliseconds(300))
-        #expect(fixture.pushes(type: "voip").count == 2, "only the two allowed calls pushed")
+        let carol = try await fixture.connect("carol", device: "c")
+        try await fixture.pushBarrier(from: carol)
+        #expect(fixture.pushes(type: "voip").filter { $0.payload?["caller"]?["identity"] != "carol" }.count == 2, "only the two allowed calls pushed")
         #expect(!fixture.sandbox.records.contains { $0.payload?["caller"]?["identity"] == "mallory" })
         let noGrant = try await TestClient.connect(fixture.server.webSocketURL + "?access_token=" + fixture.server.token("dave", grants: Grants()))
         _ = try await noGrant.nextEnvelope()
@@ -381,39 +395,61 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(late.status == 409)
     }
 
+    /// `switchboard serve` killed with SIGKILL (no shutdown code runs) with one call ringing and
+    /// one answered: started again on its data directory, it ends both as failed /
+    /// server_restart, in the call state and in every participant's history.
     @Test func aRestartEndsCallsInFlightAsFailedAndLosesNoHistory() async throws {
-        let fixture = try CallFixture()
-        let directory = fixture.server.dataDirectory
-        let alice = try await fixture.connect("alice", device: "a")
-        let bob = try await fixture.connect("bob", device: "b")
-        let ringing = try await fixture.call(alice, to: ["bob"])
-        let carol = try await fixture.connect("carol", device: "c")
-        let answered = try await fixture.call(carol, to: ["dave"])
-        _ = bob
-        _ = answered
-        fixture.server.server.shutdown()
-
-        var configuration = ServerConfiguration()
-        configuration.port = 0
-        configuration.dataDirectory = directory
-        configuration.webRoot = repositoryRoot + "/web"
-        let restarted = try SwitchboardServer.start(configuration, logger: Logger(minimumLevel: .error))
-        defer {
-            restarted.shutdown()
-            fixture.sandbox.stop()
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let arguments = ["serve", "--port", "0", "--data-dir", directory, "--web-root", repositoryRoot + "/web"]
+        let first = try ToolProcess(arguments)
+        defer { first.stopNow() }
+        let port = try await first.waitForPort()
+        let apiKey = try await first.waitFor(/API key\s+(sbk_\w+)/, inOutput: true, what: "the development app's key")
+        let secret = try await first.waitFor(/API secret\s+(\w+)/, inOutput: true, what: "the development app's secret")
+        func token(_ identity: String) -> String {
+            AccessTokenVerifier.sign(
+                AccessTokenIssuer.claims(apiKey: apiKey, identity: identity, name: nil, grants: Grants(call: true), ttlSeconds: 600), secret: secret)
         }
-        let token = fixture.token("bob")
-        let response = try await HTTPClient.request("GET", "http://127.0.0.1:\(restarted.port)/v1/calls/\(ringing)", headers: [("Authorization", "Bearer " + token)])
-        let summary = try JSONDecoder().decode(JSONValue.self, from: Data(response.body))
-        #expect(summary["state"] == "ended")
-        #expect(summary["outcome"] == "failed")
-        #expect(summary["end_reason"] == "server_restart")
-        let history = try await HTTPClient.request("GET", "http://127.0.0.1:\(restarted.port)/v1/calls", headers: [("Authorization", "Bearer " + token)])
-        let calls = try JSONDecoder().decode(JSONValue.self, from: Data(history.body))
-        guard case .array(let entries)? = calls["calls"] else { throw Timeout(what: "history") }
-        #expect(entries.first?["call_id"]?.stringValue == ringing)
-        #expect(entries.first?["outcome"] == "failed")
-        #expect(entries.first?["end_reason"] == "server_restart")
+        func connect(_ identity: String, to port: Int) async throws -> TestClient {
+            let client = try await TestClient.connect("ws://127.0.0.1:\(port)/v1/ws?access_token=\(token(identity))&device_id=\(identity)-web")
+            #expect(try await client.nextEnvelope().type == MessageType.sessionWelcome)
+            return client
+        }
+        let alice = try await connect("alice", to: port)
+        let bob = try await connect("bob", to: port)
+        let carol = try await connect("carol", to: port)
+        let dave = try await connect("dave", to: port)
+        let ringing = try #require(try await alice.request(MessageType.callCreate, id: "r", encoding: CallCreateRequest(callees: ["bob"])).data?["call_id"]?.stringValue)
+        _ = try await event(bob, "call.incoming")
+        let answered = try #require(try await carol.request(MessageType.callCreate, id: "a", encoding: CallCreateRequest(callees: ["dave"])).data?["call_id"]?.stringValue)
+        _ = try await event(dave, "call.incoming")
+        #expect(try await dave.request(MessageType.callAnswer, id: "ok", encoding: CallActionRequest(callID: answered)).type == MessageType.ok)
+        _ = try await event(carol, "call.accepted")
+
+        first.kill9()
+        #expect(first.endedBySignal)
+        let second = try ToolProcess(arguments)
+        defer { second.stopNow() }
+        let restarted = try await second.waitForPort()
+        for (callID, participants) in [(ringing, ["alice", "bob"]), (answered, ["carol", "dave"])] {
+            for identity in participants {
+                let headers = [("Authorization", "Bearer " + token(identity))]
+                let state = try JSONDecoder().decode(
+                    JSONValue.self, from: Data(try await HTTPClient.request("GET", "http://127.0.0.1:\(restarted)/v1/calls/\(callID)", headers: headers).body))
+                #expect(state["state"] == "ended", "\(identity): \(state)")
+                #expect(state["outcome"] == "failed")
+                #expect(state["end_reason"] == "server_restart")
+                let history = try JSONDecoder().decode(
+                    JSONValue.self, from: Data(try await HTTPClient.request("GET", "http://127.0.0.1:\(restarted)/v1/calls", headers: headers).body))
+                guard case .array(let entries)? = history["calls"] else { throw Timeout(what: "\(identity)'s history: \(history)") }
+                #expect(entries.count == 1, "\(identity): \(entries)")
+                #expect(entries.first?["call_id"]?.stringValue == callID)
+                #expect(entries.first?["outcome"] == "failed")
+                #expect(entries.first?["end_reason"] == "server_restart")
+            }
+        }
+        #expect(try await second.stop() == 0)
     }
 
     @Test func anAppWithACertificateInsteadOfAKeyRingsToo() async throws {

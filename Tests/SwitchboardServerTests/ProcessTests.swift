@@ -119,6 +119,32 @@ func runTool(_ name: String, _ arguments: [String], environment: [String: String
     }
 }
 
+extension ProcessTests {
+    /// `kill -9` in the middle of the store's queued writes (the path of call records, history
+    /// and traces): every batch the store had finished is there whole, and the file is sound.
+    @Test func killDuringQueuedWritesLosesNothingTheStoreFinished() async throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var finished: [String] = []
+        for round in 0..<5 {
+            let torture = try ToolProcess([directory, "queued"], executable: "store-torture")
+            _ = try await torture.waitForLines(10 + round * 23, what: "finished batches")
+            torture.kill9()
+            #expect(torture.endedBySignal)
+            let text = torture.standardOutput
+            let lines = text.split(separator: "\n", omittingEmptySubsequences: true)
+            finished += (text.hasSuffix("\n") ? lines : lines.dropLast()).map(String.init)
+        }
+        #expect(finished.count >= 50)
+        let store = try Store(directory: directory)
+        defer { store.close() }
+        #expect(try store.integrityCheck() == "ok")
+        var partial: [String] = []
+        for batch in finished where try store.trace(callID: batch).count != 10 { partial.append(batch) }
+        #expect(partial.isEmpty, "batches lost or cut after the store finished them: \(partial.prefix(5))")
+    }
+}
+
 @Suite(.timeLimit(.minutes(3))) struct PushCommandTests {
     @Test func switchboardPushAgainstTheSandboxPrintsStatusAndAPNsID() async throws {
         let directory = try makeTemporaryDirectory()

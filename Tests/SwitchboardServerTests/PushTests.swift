@@ -313,7 +313,7 @@ final class PushFixture: Sendable {
         let push = try PushFixture()
         defer { push.stop() }
         let device = try await TestClient.connect("ws://127.0.0.1:\(push.sandbox.adminPort)/devices/\(PushFixture.token(9))")
-        try await Task.sleep(for: .milliseconds(50))
+        #expect(try await device.next() == .text(#"{"subscribed":true}"#), "subscribed before any push is sent")
         let result = await push.client.send(push.voip(9))
         #expect(result.accepted)
         guard case .text(let text) = try await device.next() else {

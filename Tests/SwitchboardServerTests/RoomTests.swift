@@ -272,7 +272,9 @@ func basicAuth(_ app: App) -> (String, String) {
         // Bob's connection drops (not a clean close); his session waits for him.
         bob.client.socket.close(code: 4000, reason: "network lost")
         _ = try await bob.client.closeCode()
-        try await Task.sleep(for: .milliseconds(100))
+        try await within(.seconds(5) * testSlowdown, "the server to see bob's connection go") {
+            while server.server.metrics.gauge("switchboard_connections") > 1 { try await Task.sleep(for: .milliseconds(10)) }
+        }
         _ = try await alice.client.request(MessageType.data, encoding: DataRequest(room: "r", to: bob.peerID, data: ["n": 1]))
         _ = try await alice.client.request(MessageType.data, encoding: DataRequest(room: "r", to: bob.peerID, data: ["n": 2]))
         let carol = try await Peer.connect(server, "carol")
@@ -314,7 +316,9 @@ func basicAuth(_ app: App) -> (String, String) {
         #expect(try await bob.event().seq == 1)
         bob.client.socket.close(code: 4000)
         _ = try await bob.client.closeCode()
-        try await Task.sleep(for: .milliseconds(100))
+        try await within(.seconds(5) * testSlowdown, "the server to see bob's connection go") {
+            while server.server.metrics.gauge("switchboard_connections") > 1 { try await Task.sleep(for: .milliseconds(10)) }
+        }
         _ = try await alice.client.request(MessageType.data, encoding: DataRequest(room: "r", to: bob.peerID, data: 2))
         let resumed = try await TestClient.connect(
             server.webSocketURL + "?access_token=\(server.token("bob", grants: Grants(room: "*", roomJoin: true)))"

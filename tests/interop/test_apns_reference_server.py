@@ -164,6 +164,14 @@ def test_certificate_authentication_presents_the_client_certificate():
                                            "--timeout", "5"], capture_output=True, text=True, timeout=60)
         assert anonymous.returncode == 1
         assert "reason: Transport" in anonymous.stdout
+        # It was the handshake, not a dead server: nothing of it arrived, and a push with the
+        # certificate still goes through.
+        again = subprocess.run(base + ["--cert", cert_path, "--cert-key", key_path], capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and "status: 200" in again.stdout, again.stdout + again.stderr
+        received = json.loads(urllib.request.urlopen(
+            urllib.request.Request(server["url"] + "/received"),
+            context=client_context(server["ca"], cert_path, key_path)).read())
+        assert len(received) == 3, "the anonymous push never reached the server's handler"
     finally:
         process.terminate()
         process.wait(timeout=10)

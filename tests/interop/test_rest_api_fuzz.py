@@ -7,7 +7,7 @@ import re
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, reject, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -52,7 +52,7 @@ def test_every_operation_answers_as_documented(case, api_server, credentials):
     # An encoded CR or LF in a path: libwebsockets cuts the URL there, so the server answers
     # the shorter path (docs/security.md, known limits); nothing to check against the document.
     if re.search(r"[\r\n]|%0[adAD]", case.formatted_path):
-        return
+        reject()  # not a pass: hypothesis draws another case instead
     auth = credentials["basic"] if case.operation.path == "/v1/tokens" else credentials["bearer"]
     headers = dict(case.headers or {})
     headers.setdefault("Authorization", auth)
