@@ -58,8 +58,18 @@ public final class ToolProcess: Sendable {
                 readersLeft.withLock { $0 -= 1 }
             }
         }
-        try process.run()
+        try Self.launch(process)
     }
+
+    /// Starts `process`, one at a time in this test process: Foundation's `Process.run()` on
+    /// Linux is not safe to call from several threads at once (seen: a crash in its copy of
+    /// the environment while suites started children in parallel). Every child a test starts
+    /// goes through here.
+    public static func launch(_ process: Process) throws {
+        try launching.withLock { _ in try process.run() }
+    }
+
+    private static let launching = Locked(())
 
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }

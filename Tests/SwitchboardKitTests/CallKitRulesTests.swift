@@ -281,7 +281,12 @@ import Testing
             metrics.counter("switchboard_resumes_total", ["outcome": "resumed"]) >= 100
         }
         #expect(metrics.counter("switchboard_resumes_total", ["outcome": "failed"]) == 0, "no session was lost")
-        #expect(metrics.counter("switchboard_disconnects_total", ["reason": "lost"]) == 100, "each drop was a reset, not a close")
+        // Each drop was a reset, never a close frame: the server saw it as lost, or (a resume
+        // that overtook its noticing the reset) closed the dead connection as replaced (4001).
+        let lost = metrics.counter("switchboard_disconnects_total", ["reason": "lost"])
+        let replaced = metrics.counter("switchboard_disconnects_total", ["reason": "server_4001"])
+        #expect(lost + replaced == 100, "\(lost) lost, \(replaced) replaced")
+        #expect(metrics.counter("switchboard_disconnects_total", ["reason": "peer"]) == 0, "no drop was a close")
         try await eventually("every connection back") { metrics.gauge("switchboard_connections") == 100 }
         for (index, client) in clients.enumerated() {
             try await eventually("client \(index) to say it is connected") { await client.isConnected }

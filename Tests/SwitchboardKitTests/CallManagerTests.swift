@@ -327,7 +327,7 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         // The push for the same call arrives after the answer; the phone asks the server about
         // it (the barrier: that request was answered) and keeps the call.
         let metrics = try #require(stack.server?.metrics)
-        let asked: @Sendable () -> Double = { metrics.counter("switchboard_http_requests_total", ["method": "GET", "route": "/v1/calls/{id}", "status": "200"]) }
+        let asked: @Sendable () -> Double = { metrics.counter("switchboard_http_requests_total", ["method": "GET", "route": "/v1/calls/{call_id}", "status": "200"]) }
         let before = asked()
         try await bob.receivePush()
         try await eventually("the phone to ask the server about the late push's call") { asked() > before }

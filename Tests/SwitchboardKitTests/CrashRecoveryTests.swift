@@ -43,7 +43,7 @@ final class ServerProcess: Sendable {
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         log.seekToEndOfFile()
         process.standardError = log
-        try process.run()
+        try ToolProcess.launch(process)
         current.withLock { $0 = process }
         let deadline = ContinuousClock.now + .seconds(15) * kitSlowdown
         while ContinuousClock.now < deadline {

@@ -22,7 +22,7 @@ final class ConfinedServer: @unchecked Sendable {  // one test drives it at a ti
         probe.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
         probe.arguments = ["-m", "/bin/sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"]
         probe.standardError = FileHandle.nullDevice
-        guard (try? probe.run()) != nil else { return false }
+        guard (try? ToolProcess.launch(probe)) != nil else { return false }
         probe.waitUntilExit()
         return probe.terminationStatus == 0
     }()
@@ -66,7 +66,7 @@ final class ConfinedServer: @unchecked Sendable {  // one test drives it at a ti
             let data = handle.availableData
             if data.isEmpty { handle.readabilityHandler = nil } else { buffered.withLock { $0 += String(decoding: data, as: UTF8.self) } }
         }
-        try process.run()
+        try ToolProcess.launch(process)
     }
 
     /// Runs one control command and returns its reply line.

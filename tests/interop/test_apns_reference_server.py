@@ -19,7 +19,8 @@ from conftest import BINARY, free_port
 HERE = os.path.dirname(__file__)
 
 
-def start_reference_server(client_ca=None):
+def start_reference_server(client_ca=None, keys=None, topics=("com.example.chat",)):
+    """hypercorn with the reference app; `keys`: key id -> public key (provider tokens)."""
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
     work = tempfile.mkdtemp(prefix="apns-reference-")
@@ -33,28 +34,26 @@ def start_reference_server(client_ca=None):
     verify = []
     if client_ca:
         verify = ["--ca-certs", client_ca, "--verify-mode", "CERT_REQUIRED"]
+    from cryptography.hazmat.primitives import serialization
+    environment = dict(os.environ)
+    environment["REFERENCE_KEYS"] = json.dumps({kid: key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode() for kid, key in (keys or {}).items()})
+    environment["REFERENCE_TEAM"] = "TEAM123456"
+    environment["REFERENCE_TOPICS"] = ",".join(topics)
     process = subprocess.Popen(
         [sys.executable, "-m", "hypercorn", "--bind", f"127.0.0.1:{port}", "--certfile", cert_path, "--keyfile", key_path,
-         *verify, "apns_reference_app:app"], cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+         *verify, "apns_reference_app:app"], cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment)
     deadline = time.time() + 15
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             break
         except OSError:
-            if time.time() > deadline:
+            if time.time() > deadline or process.poll() is not None:
                 process.kill()
                 raise RuntimeError("hypercorn did not start: " + process.stdout.read().decode())
             time.sleep(0.2)
     return process, {"url": f"https://127.0.0.1:{port}", "ca": ca_path, "context": ssl.create_default_context(cafile=ca_path)}
-
-
-@pytest.fixture
-def reference_server():
-    process, server = start_reference_server()
-    yield server
-    process.terminate()
-    process.wait(timeout=10)
 
 
 def make_key():
@@ -68,8 +67,22 @@ def make_key():
     return path, key.public_key()
 
 
-def test_push_reaches_an_independent_http2_server(reference_server):
+@pytest.fixture
+def reference_server():
     key_path, public_key = make_key()
+    process, server = start_reference_server(keys={"ABC123DEFG": public_key})
+    server["key_path"], server["public_key"] = key_path, public_key
+    yield server
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def received(server, context=None):
+    return json.loads(urllib.request.urlopen(server["url"] + "/received", context=context or server["context"]).read())
+
+
+def test_push_reaches_an_independent_http2_server(reference_server):
+    key_path, public_key = reference_server["key_path"], reference_server["public_key"]
     token = "a1" * 32
     out = subprocess.run(
         [BINARY, "push", token, "--topic", "com.example.chat", "--key-file", key_path, "--key-id", "ABC123DEFG",
@@ -83,6 +96,7 @@ def test_push_reaches_an_independent_http2_server(reference_server):
     received = json.loads(urllib.request.urlopen(reference_server["url"] + "/received", context=reference_server["context"]).read())
     assert len(received) == 1
     request = received[0]
+    assert (request["status"], request["reason"]) == (200, None), "valid by Apple's rules"
     assert request["http_version"] == "2"
     assert request["method"] == "POST"
     assert request["path"] == f"/3/device/{token}"
@@ -111,7 +125,7 @@ def test_push_reaches_an_independent_http2_server(reference_server):
 
 
 def test_push_reports_apples_reason(reference_server):
-    key_path, _ = make_key()
+    key_path = reference_server["key_path"]
     out = subprocess.run(
         [BINARY, "push", "0" * 64, "--topic", "com.example.chat", "--key-file", key_path, "--key-id", "ABC123DEFG",
          "--team-id", "TEAM123456", "--url", reference_server["url"], "--ca-file", reference_server["ca"]],

@@ -78,7 +78,20 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         server?.respond(to: connection, with: response)
     }
 
+    /// Routes through `restRoutes` first (404, 405 and the metrics label come from it), then to
+    /// the route's handler.
     private func route(_ request: HTTPRequest) -> (String, HTTPResponse) {
+        guard let known = Self.restRoute(for: request.path), known.template != "/v1/dev/tokens" || configuration.devTokens else {
+            if request.path.hasPrefix("/v1/") && !["/v1/ws", "/v1/echo", "/v1/openapi.json"].contains(request.path) {
+                return ("/v1/*", failure(404, ErrorBody(.notFound, "no such endpoint: \(request.path)")))
+            }
+            return dispatch(request)
+        }
+        guard known.methods.contains(request.method) else { return (known.template, methodNotAllowed(allowed: known.allow)) }
+        return (known.template, dispatch(request).1)
+    }
+
+    private func dispatch(_ request: HTTPRequest) -> (String, HTTPResponse) {
         switch (request.method, request.path) {
         case (.get, "/healthz"), (.head, "/healthz"):
             return ("/healthz", json(200, ["status": "ok"]))
