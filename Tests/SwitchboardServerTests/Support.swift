@@ -61,14 +61,15 @@ struct Timeout: Error, CustomStringConvertible {
     var description: String { "timed out waiting for \(what)" }
 }
 
-/// Runs `body`, failing with `Timeout` if it takes longer than `limit`.
+/// Runs `body`, failing with `Timeout` if it takes longer than `limit` (stretched by
+/// `SWITCHBOARD_TEST_SLOWDOWN`, as every deadline in the tests is).
 func within<T: Sendable>(
     _ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     try await withThrowingTaskGroup(of: T.self) { group in
         group.addTask { try await body() }
         group.addTask {
-            try await Task.sleep(for: limit)
+            try await Task.sleep(for: limit * testSlowdown)
             throw Timeout(what: what)
         }
         let result = try await group.next()!
@@ -103,9 +104,9 @@ final class TestClient: Sendable {
         TestClient(try await WebSocketClient.connect(to: URL(string: url)!, headers: headers, on: clientLoop))
     }
 
-    /// The next event, or a timeout.
+    /// The next event, or a timeout (stretched by `SWITCHBOARD_TEST_SLOWDOWN`).
     func next(timeout: Duration = .seconds(5)) async throws -> WebSocketClient.Event {
-        let deadline = ContinuousClock.now + timeout
+        let deadline = ContinuousClock.now + timeout * testSlowdown
         while ContinuousClock.now < deadline {
             let event = inbox.withLock { $0.isEmpty ? nil : $0.removeFirst() }
             if let event { return event }
@@ -115,7 +116,7 @@ final class TestClient: Sendable {
     }
 
     /// The next message, decoded as an envelope.
-    func nextEnvelope(timeout: Duration = .seconds(5) * testSlowdown) async throws -> Envelope {
+    func nextEnvelope(timeout: Duration = .seconds(5)) async throws -> Envelope {
         if let stashed = stash.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { return stashed }
         let event = try await next(timeout: timeout)
         guard case .text(let text) = event else {
