@@ -185,6 +185,34 @@ import Testing
         }
     }
 
+    /// A call whose media is an outside service's: the descriptor reaches the callee as sent
+    /// (over the connection and in the call's state), no room is made for it, and the call runs
+    /// as any other. A descriptor over `max_data_bytes` is refused.
+    @Test func aCallWithExternalMediaCarriesItsDescriptorAndHasNoRoom() async throws {
+        let server = try TestServer { $0.limits.maxDataBytes = 256 }
+        defer { server.stop() }
+        let alice = try await Self.connect(server, "alice", device: "a")
+        let bob = try await Self.connect(server, "bob", device: "b")
+        let descriptor: JSONValue = ["vendor": "sfu.example.com", "session": "s-42", "token": "opaque"]
+        let created = try await alice.client.request(
+            MessageType.callCreate, id: "c", encoding: CallCreateRequest(callees: ["bob"], media: .external(descriptor)))
+        let callID = try #require(created.data?["call_id"]?.stringValue, "\(created)")
+        #expect(created.data?["media"] == ["type": "external", "descriptor": descriptor], "\(created)")
+        let incoming = try await event(bob.client, "call.incoming")
+        #expect(incoming.data?["media"] == ["type": "external", "descriptor": descriptor])
+        #expect(try await bob.client.request(MessageType.callAnswer, id: "a", encoding: CallActionRequest(callID: callID)).type == MessageType.ok)
+        _ = try await event(alice.client, "call.accepted")
+        // No room: the call's name is not a room anyone may join, participants included.
+        #expect(try await alice.join("call-\(callID)").error?.code == .forbidden)
+        let rooms = try await Self.rest(server, "GET", "/v1/rooms", basicAuth(server.app))
+        #expect(!rooms.text.contains(callID), "\(rooms.text)")
+        #expect(try await alice.client.request(MessageType.callEnd, id: "e", encoding: CallActionRequest(callID: callID)).type == MessageType.ok)
+
+        let big: JSONValue = ["vendor": .string(String(repeating: "v", count: 300))]
+        let refused = try await alice.client.request(MessageType.callCreate, id: "big", encoding: CallCreateRequest(callees: ["bob"], media: .external(big)))
+        #expect(refused.error?.code == .payloadTooLarge, "\(refused)")
+    }
+
     static func entries(_ page: JSONValue) -> [JSONValue] {
         if case .array(let items)? = page["calls"] { return items }
         return []
