@@ -66,18 +66,24 @@ void sb_curl_goaways_init(sb_curl_goaways *goaways) {
     goaways->next = 0;
 }
 
+/* Whether `stream` on `connection` is above the last stream id of a GOAWAY received on it. */
+static int sb_curl_above_goaway(const sb_curl_goaways *goaways, long connection, long stream) {
+    if (connection < 0 || stream <= 0) return 0;
+    for (int i = 0; i < SB_CURL_GOAWAY_SLOTS; i++) {
+        if (goaways->connection[i] == connection && stream > goaways->last_stream[i]) return 1;
+    }
+    return 0;
+}
+
+int sb_curl_body_refused_unprocessed(const sb_curl_body *body) {
+    return sb_curl_above_goaway(body->goaways, body->connection, body->stream);
+}
+
 static int sb_curl_body_seek(void *user, curl_off_t offset, int origin) {
     sb_curl_body *body = user;
-    int refused_unprocessed = 0;
     /* The rewind comes after libcurl has moved the request to its new connection: judge by the
      * connection and stream it was on when that one ended. */
-    if (body->ended_connection >= 0 && body->ended_stream > 0) {
-        for (int i = 0; i < SB_CURL_GOAWAY_SLOTS; i++) {
-            if (body->goaways->connection[i] == body->ended_connection && body->ended_stream > body->goaways->last_stream[i]) {
-                refused_unprocessed = 1;
-            }
-        }
-    }
+    int refused_unprocessed = sb_curl_above_goaway(body->goaways, body->ended_connection, body->ended_stream);
     if (!refused_unprocessed || origin != SEEK_SET || offset != 0) {
         body->refused_rewind = 1;
         return CURL_SEEKFUNC_FAIL;

@@ -32,6 +32,8 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     private let http: any HTTPTransport
     private let calls = Locked<[UUID: PhoneCall]>([:])
     private let listening = Locked<Task<Void, Never>?>(nil)
+    /// Requests on their way to the server (each retried until `serverTimeout`), by ticket.
+    private let outbox = Locked<(next: Int, tasks: [Int: Task<Void, Never>])>((0, [:]))
     /// Ended calls are kept this long, so a late push for one is recognized and ended at once.
     static let endedCallMemory: TimeInterval = 600
 
@@ -108,20 +110,40 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     }
 
     /// A request the call needs the server to hear; retried while the connection comes back.
+    /// Waits until every request sent so far reached the server or was given up (after
+    /// `serverTimeout`): an app, or a softphone, calls it before it disconnects, so that a
+    /// hang-up tapped just before is not lost with the connection.
+    public func settle() async {
+        let pending = outbox.withLock { Array($0.tasks.values) }
+        for task in pending { await task.value }
+    }
+
     private func send(_ type: String, _ request: some Encodable & Sendable) {
         let client = self.client
         let deadline = ContinuousClock.now + serverTimeout
-        Task {
-            while ContinuousClock.now < deadline {
-                do {
-                    try await client.connect()
-                    try await client.request(type, encoding: request, timeout: deadline - ContinuousClock.now)
-                    return
-                } catch SwitchboardError.server {
-                    return  // the server heard it and said no (the call is over): nothing to retry
-                } catch {
-                    try? await Task.sleep(for: .milliseconds(200))
-                }
+        let outbox = self.outbox
+        outbox.withLock { box in
+            let ticket = box.next
+            box.next += 1
+            box.tasks[ticket] = Task {
+                defer { _ = outbox.withLock { $0.tasks.removeValue(forKey: ticket) } }
+                await Self.deliver(type, request, through: client, until: deadline)
+            }
+        }
+    }
+
+    private static func deliver(
+        _ type: String, _ request: some Encodable & Sendable, through client: SwitchboardClient, until deadline: ContinuousClock.Instant
+    ) async {
+        while ContinuousClock.now < deadline {
+            do {
+                try await client.connect()
+                try await client.request(type, encoding: request, timeout: deadline - ContinuousClock.now)
+                return
+            } catch SwitchboardError.server {
+                return  // the server heard it and said no (the call is over): nothing to retry
+            } catch {
+                try? await Task.sleep(for: .milliseconds(200))
             }
         }
     }

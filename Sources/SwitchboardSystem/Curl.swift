@@ -383,9 +383,12 @@ public final class HTTP2Client: @unchecked Sendable {
         } else if result == CURLE_OK {
             transfer.continuation.resume(returning: HTTPClientResponse(status: status, headers: transfer.headers, body: transfer.body))
         } else {
-            let notSent = result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST
+            let refusedUnprocessed = sb_curl_body_refused_unprocessed(transfer.source) != 0
+            let notSent = result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST || refusedUnprocessed
             let message =
-                transfer.source.pointee.refused_rewind != 0
+                refusedUnprocessed
+                ? "the stream was above the last one a GOAWAY let through; not processed by the server"
+                : transfer.source.pointee.refused_rewind != 0
                 ? "the connection ended before the answer; not resent (the server may have it)"
                 : String(cString: curl_easy_strerror(result))
             transfer.continuation.resume(throwing: HTTP2TransportError(code: Int32(result.rawValue), message: message, notSent: notSent))

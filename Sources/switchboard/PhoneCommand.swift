@@ -302,6 +302,7 @@ actor Softphone {
     func stop() async -> Bool {
         let violations = system.violations
         for violation in violations { say("violation: \(violation)") }
+        await manager.settle()
         tasks.forEach { $0.cancel() }
         await client.disconnect()
         deviceLoop.stop()

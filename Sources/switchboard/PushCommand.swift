@@ -127,6 +127,6 @@ enum PushCommand {
     static func save(_ jwt: String, to path: String) {
         let directory = (path as NSString).deletingLastPathComponent
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        FileManager.default.createFile(atPath: path, contents: Data(jwt.utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: path, contents: Data(jwt.utf8), attributes: [.posixPermissions: 0o600])
     }
 }

@@ -467,4 +467,24 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         await carol.disconnect()
         await bob.client.disconnect()
     }
+
+    /// A hang-up tapped just before the app disconnects is not lost with the connection: the
+    /// manager's `settle()` returns once the end reached the server.
+    @Test func aHangUpJustBeforeDisconnectingReachesTheServerOnceSettled() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 20)
+        try await bob.client.connect()
+        let alice = try await caller(stack, "alice")
+        let id = try await createCall(alice, to: "bob")
+        try await eventually("the call to ring") { bob.system.call(id) != nil }
+        #expect(await bob.system.userAnswers(id))
+        #expect(await bob.system.userEnds(id))
+        await bob.manager.settle()
+        await bob.client.disconnect()
+        let state = try await alice.callState(id.uuidString.lowercased(), http: CurlHTTPTransport())
+        #expect(state["state"] == "ended", "the end was sent before the connection closed: \(state)")
+        #expect(state["ended_by"] == "bob")
+        await alice.disconnect()
+    }
 }

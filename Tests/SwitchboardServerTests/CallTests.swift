@@ -528,10 +528,12 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         for (callee, callID) in calls {
             let entries = outcomes[callee] ?? []
             #expect(entries.count == 1, "\(callee): one outcome per push, got \(entries)")
-            // No push is sent twice: whatever APNs got, it got once, answered or not.
+            // No push is sent twice: whatever APNs got, it got once, answered or not. One still
+            // queued in the client when its connection was reset never reached APNs at all.
             let received = fixture.sandbox.records.filter { $0.payload?["call_id"]?.stringValue == callID && $0.token == tokens[callee] }
-            #expect(received.count == 1, "\(callee): APNs got the push \(received.count) times")
+            #expect(received.count <= 1, "\(callee): APNs got the push \(received.count) times")
             if entries.first?["event"] == "apns_accepted" {
+                #expect(received.count == 1, "\(callee): accepted, so APNs got it")
                 accepted += 1
             } else {
                 // Never answered: a transport failure, recorded after one attempt.

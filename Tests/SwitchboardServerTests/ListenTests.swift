@@ -42,14 +42,39 @@ final class ReservedPort {
     let port: Int
     private var descriptors: [Int32] = []
 
+    /// Reserves one port on every address in `ips` (a port the kernel picks for the first) that
+    /// is also free on every address in `freeOn`, where the server under test will bind it.
+    convenience init?(on ips: [String], freeOn others: [String]) {
+        for _ in 0..<20 {
+            guard let candidate = ReservedPort(on: ips) else { return nil }
+            if others.allSatisfy({ ip in ReservedPort(on: [ip], port: candidate.port) != nil }) {
+                self.init(taking: candidate)
+                return
+            }
+        }
+        return nil
+    }
+
+    private init(taking other: ReservedPort) {
+        port = other.port
+        descriptors = other.descriptors
+        other.descriptors = []
+    }
+
     /// Reserves one port on every address in `ips` (a port the kernel picks for the first).
-    init?(on ips: [String]) {
-        var port = 0
+    init?(on ips: [String], port wanted: Int = 0) {
+        var port = wanted
         for ip in ips {
             let fd = socket(ip.contains(":") ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            guard fd >= 0 else { return nil }
+            guard fd >= 0 else {
+                descriptors.forEach { close($0) }
+                return nil
+            }
             descriptors.append(fd)
-            guard withAddress(ip, port, { bind(fd, $0, $1) == 0 }) == true else { return nil }
+            guard withAddress(ip, port, { bind(fd, $0, $1) == 0 }) == true else {
+                descriptors.forEach { close($0) }
+                return nil
+            }
             if port == 0 {
                 var address = sockaddr_storage()
                 var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -130,7 +155,8 @@ func resolved(_ name: String) -> Set<String> {
         let silentHere = silent.filter { !$0.contains(":") || hasIPv6Loopback }
         var reserved: ReservedPort?
         if !silentHere.isEmpty {
-            reserved = ReservedPort(on: silentHere)
+            let answeringHere = answering.filter { !$0.contains(":") || hasIPv6Loopback }
+            reserved = ReservedPort(on: silentHere, freeOn: answeringHere)
             try #require(reserved != nil, "reserving a port on \(silentHere)")
         }
         let (process, directory) = try serve(["--host", host, "--port", String(reserved?.port ?? 0)])

@@ -48,6 +48,11 @@ void sb_curl_goaways_init(sb_curl_goaways *goaways);
 /* Sets the read, seek and debug callbacks (and CURLOPT_VERBOSE, which the debug callback needs)
  * and the body size; the body must outlive the transfer. */
 CURLcode sb_curl_easy_set_body(CURL *handle, sb_curl_body *body);
+/* Whether the stream the body was last on is above the last stream id of a GOAWAY on its
+ * connection: the server did not process it (RFC 9113 6.8), so it may be sent again. libcurl
+ * resends such a stream itself when it sees it refused; one it had queued but not yet written
+ * when the GOAWAY came it fails instead. */
+int sb_curl_body_refused_unprocessed(const sb_curl_body *body);
 CURLMcode sb_curl_multi_setopt_long(CURLM *handle, CURLMoption option, long value);
 CURLcode sb_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value);
 CURLcode sb_curl_easy_getinfo_pointer(CURL *handle, CURLINFO info, void **value);
