@@ -1,18 +1,24 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+// The layers, lowest first: wire types and support; a socket-free core of value state machines;
+// the system layer over the C libraries (each library in its own folder, C imported
+// `internal`ly); the push model and client; the server; the SDK; the testing product.
+// Non-public API shared between modules is `package`, so tests need no `@testable`.
 let package = Package(
     name: "Switchboard",
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .executable(name: "switchboard", targets: ["switchboard"]),
         .library(name: "SwitchboardProtocol", targets: ["SwitchboardProtocol"]),
+        .library(name: "SwitchboardPush", targets: ["SwitchboardPush"]),
         .library(name: "SwitchboardServer", targets: ["SwitchboardServer"]),
         .library(name: "SwitchboardTesting", targets: ["SwitchboardTesting"]),
         .library(name: "SwitchboardKit", targets: ["SwitchboardKit"]),
     ],
     targets: [
-        // C libraries, each imported by exactly one Swift file in SwitchboardSystem.
+        // C libraries, each imported only by the files of its folder in SwitchboardSystem (the
+        // HTTP/2 test server's two by SwitchboardHTTP2Server).
         .systemLibrary(
             name: "CLibWebSockets", pkgConfig: "libwebsockets",
             providers: [.apt(["libwebsockets-dev"]), .brew(["libwebsockets"])]),
@@ -42,34 +48,48 @@ let package = Package(
         // Macros and variadic C functions Swift cannot call directly.
         .target(name: "CShims", dependencies: ["CCurl", "CSQLite"]),
 
-        // Wire types: messages, error codes, token claims. No I/O.
+        // Locks, logging, durations: what every layer uses. No I/O beyond writing log lines.
+        .target(name: "SwitchboardSupport"),
+        // Wire types: messages, events, error codes, token claims. No I/O.
         .target(name: "SwitchboardProtocol"),
-        // The Swift face of the C libraries: event loop, HTTP/WebSocket, HTTP client,
-        // crypto, SQLite; plus logging and metrics.
+        // Calls, rooms and rate policies as values: events in, effects out. No sockets, no
+        // clock reads, no storage.
+        .target(name: "SwitchboardCore", dependencies: ["SwitchboardProtocol", "SwitchboardSupport"]),
+        // The Swift face of the C libraries: event loop, HTTP/WebSocket server and client,
+        // HTTP/2 client, crypto, SQLite, JSON. One folder per library.
         .target(
             name: "SwitchboardSystem",
             dependencies: [
-                "SwitchboardProtocol", "CLibWebSockets", "CCurl", "CCrypto", "CSQLite", "CTLS", "CNGHTTP2", "CJansson", "CShims",
+                "SwitchboardProtocol", "SwitchboardSupport", "CLibWebSockets", "CCurl", "CCrypto", "CSQLite", "CJansson", "CShims",
             ]),
+        // APNs: the notification model, Apple's reasons, provider tokens and the HTTP/2 client.
+        .target(name: "SwitchboardPush", dependencies: ["SwitchboardSupport", "SwitchboardSystem"]),
+        // The HTTP/2 server the APNs sandbox runs on. Test-only: no production target links it.
+        .target(name: "SwitchboardHTTP2Server", dependencies: ["SwitchboardSupport", "SwitchboardSystem", "CTLS", "CNGHTTP2"]),
         .target(
             name: "SwitchboardServer",
-            dependencies: ["SwitchboardProtocol", "SwitchboardSystem"]),
+            dependencies: ["SwitchboardProtocol", "SwitchboardSupport", "SwitchboardCore", "SwitchboardSystem", "SwitchboardPush"]),
         // The client SDK: signaling client, calls, and the seam to the phone's call UI.
         // On Apple platforms it uses URLSession and CallKit; the C libraries only on Linux.
         .target(
             name: "SwitchboardKit",
-            dependencies: ["SwitchboardProtocol", .target(name: "SwitchboardSystem", condition: .when(platforms: [.linux]))]),
-        // Test doubles others need: the local APNs sandbox.
+            dependencies: [
+                "SwitchboardProtocol", "SwitchboardSupport", .target(name: "SwitchboardSystem", condition: .when(platforms: [.linux])),
+            ]),
+        // Test doubles others need: the local APNs sandbox and the tools' process helpers.
         .target(
             name: "SwitchboardTesting",
-            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem"]),
+            dependencies: ["SwitchboardServer", "SwitchboardPush", "SwitchboardProtocol", "SwitchboardSupport", "SwitchboardSystem", "SwitchboardHTTP2Server"]),
         .executableTarget(
             name: "switchboard",
-            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem", "SwitchboardTesting", "SwitchboardKit"]),
+            dependencies: [
+                "SwitchboardServer", "SwitchboardPush", "SwitchboardProtocol", "SwitchboardSupport", "SwitchboardSystem", "SwitchboardTesting",
+                "SwitchboardKit",
+            ]),
         // The load generator of `make bench`.
         .executableTarget(
             name: "switchboard-bench",
-            dependencies: ["SwitchboardServer", "SwitchboardSystem", "SwitchboardProtocol"]),
+            dependencies: ["SwitchboardServer", "SwitchboardPush", "SwitchboardSupport", "SwitchboardSystem", "SwitchboardProtocol"]),
         // The fuzzing harness (`make fuzz`); built normally it replays inputs (`make test`).
         .executableTarget(
             name: "switchboard-fuzz",
@@ -84,11 +104,20 @@ let package = Package(
             name: "SwitchboardProtocolTests",
             dependencies: ["SwitchboardProtocol"]),
         .testTarget(
+            name: "SwitchboardCoreTests",
+            dependencies: ["SwitchboardCore", "SwitchboardProtocol", "SwitchboardSupport"]),
+        .testTarget(
             name: "SwitchboardServerTests",
-            dependencies: ["SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem", "SwitchboardTesting"]),
+            dependencies: [
+                "SwitchboardServer", "SwitchboardCore", "SwitchboardPush", "SwitchboardProtocol", "SwitchboardSupport", "SwitchboardSystem",
+                "SwitchboardTesting",
+            ]),
         .testTarget(
             name: "SwitchboardKitTests",
-            dependencies: ["SwitchboardKit", "SwitchboardServer", "SwitchboardProtocol", "SwitchboardSystem", "SwitchboardTesting"]),
+            dependencies: [
+                "SwitchboardKit", "SwitchboardServer", "SwitchboardPush", "SwitchboardProtocol", "SwitchboardSupport", "SwitchboardSystem",
+                "SwitchboardTesting",
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Runs the interop tests (tests/interop) against a built switchboard binary: aiortc peers,
+# Runs the interop tests (IntegrationTests/interop) against a built switchboard binary: aiortc peers,
 # coturn relays and the web client in headless Chromium. As root they run in a private network
 # namespace with only loopback (unshare -n), so no test traffic can leave the machine and
 # Chromium may use loopback for ICE; otherwise the browser test is skipped, with its reason.
 set -euo pipefail
 binary="$(realpath "${1:?usage: interop.sh SWITCHBOARD_BINARY [VENV]}")"
 venv="$(realpath "${2:-.build/venv}")"
-cd "$(dirname "$0")/../tests/interop"
+cd "$(dirname "$0")/../IntegrationTests/interop"
 export SWITCHBOARD_BIN="$binary"
 # Every test is bounded (pytest-timeout): a hang fails it, naming the test, instead of the run.
 run=("$venv/bin/pytest" -q -rs -p no:cacheprovider --timeout=300 .)

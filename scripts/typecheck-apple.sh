@@ -39,6 +39,8 @@ build_kit() {
 
 started=$(date +%s)
 mkdir -p "$out/protocol"
+swiftc -emit-module "${flags[@]}" -module-name SwitchboardSupport -emit-module-path "$out/protocol/SwitchboardSupport.swiftmodule" \
+  Sources/SwitchboardSupport/*.swift
 swiftc -emit-module "${flags[@]}" -module-name SwitchboardProtocol -emit-module-path "$out/protocol/SwitchboardProtocol.swiftmodule" \
   Sources/SwitchboardProtocol/*.swift
 

@@ -373,6 +373,7 @@ public final class PushKitBridge: NSObject, PKPushRegistryDelegate, @unchecked S
 
 #if (os(iOS) || SWITCHBOARD_APPLE_STUBS) && canImport(Intents)
 import Intents
+import SwitchboardSupport
 
 /// Calling back from the Phone app's Recents or from Contacts: iOS opens the app with an
 /// `INStartCallIntent` in `application(_:continue:restorationHandler:)`.

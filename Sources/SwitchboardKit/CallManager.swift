@@ -1,5 +1,6 @@
 import Foundation
 import SwitchboardProtocol
+import SwitchboardSupport
 
 /// Calls on a phone: turns VoIP pushes and server events into the system's call UI, and the
 /// user's actions on that UI into requests to the server. The CallKit UUID of a call is the

@@ -1,5 +1,6 @@
 import Foundation
 import SwitchboardProtocol
+import SwitchboardSupport
 
 /// The call UI where CallKit may not be used (mainland China, `RegionPolicy.noCallKit`): the
 /// app draws the ringing and in-call screens itself from `events` and passes the user's taps to
@@ -179,6 +180,7 @@ public final class InAppCallSystem: CallSystem, @unchecked Sendable {
 
 #if (os(iOS) || SWITCHBOARD_APPLE_STUBS) && canImport(AVFoundation)
 import AVFoundation
+import SwitchboardSupport
 
 /// Audio session setups for calls.
 public enum CallAudioSession {

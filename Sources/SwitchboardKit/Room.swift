@@ -1,16 +1,19 @@
 import Foundation
 import SwitchboardProtocol
+import SwitchboardSupport
 
-/// What happens in a room.
-public enum RoomEvent: Sendable, Equatable {
-    case peerJoined(PeerDescription)
-    case peerLeft(peerID: String, reason: PeerLeftReason)
-    /// A WebRTC offer, answer, candidate or any JSON from one peer, for the app's WebRTC engine.
-    case signal(from: String, payload: JSONValue)
-    /// A data message; `from` is nil when the server sent it.
-    case data(from: String?, payload: JSONValue)
-    case metadata(JSONValue?)
-    case closed(reason: RoomClosedReason)
+extension Room {
+    /// What happens in a room (the wire's `room.*` events, as the SDK hands them to the app).
+    public enum Event: Sendable, Equatable {
+        case peerJoined(PeerDescription)
+        case peerLeft(peerID: String, reason: PeerLeftReason)
+        /// A WebRTC offer, answer, candidate or any JSON from one peer, for the app's WebRTC engine.
+        case signal(from: String, payload: JSONValue)
+        /// A data message; `from` is nil when the server sent it.
+        case data(from: String?, payload: JSONValue)
+        case metadata(JSONValue?)
+        case closed(reason: RoomClosedReason)
+    }
 }
 
 /// The media side the app brings (its WebRTC engine): the SDK hands it signals and peers; it
@@ -36,7 +39,7 @@ public final class Room: Sendable {
     /// ICE servers for this user (STUN, and TURN with time-limited credentials).
     public let iceServers: [ICEServer]
     /// The room's events, in order.
-    public let events: AsyncStream<RoomEvent>
+    public let events: AsyncStream<Event>
     private let state: Locked<[String: PeerDescription]>
     private let follower: Task<Void, Never>
 
@@ -45,7 +48,7 @@ public final class Room: Sendable {
         self.client = client
         iceServers = joined.iceServers
         state = Locked(Dictionary(uniqueKeysWithValues: joined.peers.map { ($0.peerID, $0) }))
-        let (stream, sink) = AsyncStream.makeStream(of: RoomEvent.self)
+        let (stream, sink) = AsyncStream.makeStream(of: Event.self)
         events = stream
         let updates = client.events()
         let peers = Peers()

@@ -1,5 +1,6 @@
 import Foundation
 import SwitchboardProtocol
+import SwitchboardSupport
 
 /// A call UI that runs anywhere and behaves as strictly as CallKit, so call flows are tested
 /// without a phone, and the SDK's mistakes show up as `violations`:

@@ -1,5 +1,6 @@
 import Foundation
 import SwitchboardProtocol
+import SwitchboardSupport
 
 /// Why a client command failed.
 public enum SwitchboardError: Error, Sendable, Equatable {

@@ -1,6 +1,7 @@
 import Foundation
 import SwitchboardProtocol
 import SwitchboardSystem
+import SwitchboardPush
 
 /// The server's parsers of outside input, callable with raw bytes: what `make fuzz` drives
 /// with libFuzzer and what the regression inputs under `fuzz/regressions/` replay in

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import SwitchboardProtocol
 import SwitchboardSystem
+import SwitchboardSupport
 
 /// A running Switchboard server: the store, the transport and everything on top.
 ///

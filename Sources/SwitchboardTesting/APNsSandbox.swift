@@ -2,6 +2,8 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardHTTP2Server
 
 /// A local stand-in for Apple's APNs provider API (`POST /3/device/{token}` over HTTP/2 and TLS)
 /// that checks requests the way Apple documents it and answers with Apple's status codes and

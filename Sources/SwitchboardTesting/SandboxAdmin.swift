@@ -1,6 +1,7 @@
 import Foundation
 import SwitchboardProtocol
 import SwitchboardSystem
+import SwitchboardSupport
 
 /// The sandbox's admin API: JSON over plain HTTP, and WebSocket subscriptions for simulated
 /// devices. Runs on its own libwebsockets loop; the sandbox state it touches is under a lock.

@@ -1,5 +1,6 @@
 import Foundation
 import SwitchboardProtocol
+import SwitchboardSupport
 
 /// One of the project's executables (`switchboard serve`, `switchboard apns-sandbox`...) run as
 /// a child process, its output collected as it comes, every wait bounded by a deadline.

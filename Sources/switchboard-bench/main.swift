@@ -18,6 +18,8 @@ import Synchronization
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardPush
 
 func option(_ name: String, in arguments: [String]) -> String? {
     guard let index = arguments.firstIndex(of: "--" + name), index + 1 < arguments.count else { return nil }
@@ -80,7 +82,7 @@ func benchPush(_ arguments: [String]) async throws {
         }
     }
     let elapsed = ContinuousClock.now - started
-    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    let seconds = elapsed.seconds
     print(#"{"pushes_per_second": \#(Int(Double(count) / seconds)), "count": \#(count), "seconds": \#(String(format: "%.3f", seconds)), "failures": \#(failures), "connections": \#(client.connectionsOpened)}"#)
     client.shutdown()
 }
@@ -202,7 +204,7 @@ final class RelayRun: @unchecked Sendable {
                     if delivered == perPair * clients.count, let done = self.done {
                         self.done = nil
                         let elapsed = ContinuousClock.now - started
-                        done.resume(returning: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+                        done.resume(returning: elapsed.seconds)
                     }
                 } else if text.hasPrefix(#"{"type":"ok","id":1"#) {
                     joined += 1
@@ -282,7 +284,7 @@ func benchIdle(_ arguments: [String]) async throws {
         return opened
     }
     let elapsed = ContinuousClock.now - started
-    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    let seconds = elapsed.seconds
     emit(#"{"phase": "connected", "connections": \#(clients.count), "seconds": \#(String(format: "%.3f", seconds)), "connects_per_second": \#(Int(Double(clients.count) / seconds))}"#)
     // Count the connections that end while held (the server must keep every one).
     final class Closed: Sendable { let value = Atomic<Int>(0) }
@@ -395,7 +397,7 @@ final class CallRun: @unchecked Sendable {
                 if created + failed == total, let done = self.done {
                     self.done = nil
                     let elapsed = ContinuousClock.now - started
-                    done.resume(returning: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+                    done.resume(returning: elapsed.seconds)
                 }
             }
         }
@@ -470,7 +472,7 @@ func benchChurn(_ arguments: [String]) async throws {
         }
     }
     let elapsed = ContinuousClock.now - started
-    let total = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    let total = elapsed.seconds
     let connected = counts.connected.load(ordering: .relaxed)
     print(#"{"connects_per_second": \#(Int(Double(connected) / total)), "connected": \#(connected), "failed": \#(counts.failed.load(ordering: .relaxed)), "seconds": \#(String(format: "%.3f", total))}"#)
     loop.stop()

@@ -1,6 +1,7 @@
 import Foundation
 import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardSupport
 
 enum AppCommand {
     static let help = """

@@ -1,6 +1,7 @@
 import Foundation
-import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardPush
 
 enum PushCommand {
     static let help = """

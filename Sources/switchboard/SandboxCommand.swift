@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import SwitchboardSystem
 import SwitchboardTesting
+import SwitchboardSupport
 
 enum SandboxCommand {
     static let help = """

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardSupport
 
 enum ServeCommand {
     static var help: String {

@@ -3,6 +3,7 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
+import SwitchboardSupport
 
 let usage = """
     switchboard: a self-hosted calling platform for iOS apps

@@ -5,6 +5,7 @@ import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
+import SwitchboardSupport
 
 /// The review's defects, each against a simulated call UI as strict as CallKit and the real
 /// server: asynchronous report completions, refused reports, re-shown UUIDs, timed-out actions,

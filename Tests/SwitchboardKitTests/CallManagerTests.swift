@@ -5,6 +5,7 @@ import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
+import SwitchboardSupport
 
 /// How much slower than usual the tests run (`SWITCHBOARD_TEST_SLOWDOWN`, set by
 /// `make test-sanitize`): deadlines stretch by this much.
@@ -389,11 +390,11 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         let aliceRoom = try await Room.join("lobby", client: alice)
         #expect(aliceRoom.peers.map(\.identity) == ["bob"])
         // Bob's room events, gathered as they come; each wait below is bounded.
-        let heard = Locked<[SwitchboardKit.RoomEvent]>([])
+        let heard = Locked<[Room.Event]>([])
         let roomEvents = bobRoom.events
         let gatherer = Task { for await event in roomEvents { heard.withLock { $0.append(event) } } }
         defer { gatherer.cancel() }
-        func next(_ what: String) async throws -> SwitchboardKit.RoomEvent {
+        func next(_ what: String) async throws -> Room.Event {
             try await eventually(what) { heard.withLock { !$0.isEmpty } }
             return heard.withLock { $0.removeFirst() }
         }

@@ -5,6 +5,7 @@ import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
+import SwitchboardSupport
 
 /// `switchboard serve` as a child process on a fixed port, so it can be killed with SIGKILL and
 /// started again where the clients expect it.

@@ -5,6 +5,7 @@ import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
+import SwitchboardSupport
 
 /// The call UI an app ships where CallKit may not be used: the alert push rings the app's own
 /// screen, the phone acknowledges it, the user's taps reach the server, and the app's audio

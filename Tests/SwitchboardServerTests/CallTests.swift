@@ -4,6 +4,7 @@ import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
+import SwitchboardSupport
 
 /// The real server with the APNs sandbox behind it, and users with several devices.
 final class CallFixture: Sendable {

@@ -4,6 +4,7 @@ import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
+import SwitchboardSupport
 
 /// Opens a TCP connection to 127.0.0.1:`port` without waiting for it (no request is ever sent).
 func openIdleConnection(_ port: Int) -> Int32 {

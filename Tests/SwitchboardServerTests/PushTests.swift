@@ -4,6 +4,8 @@ import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
+import SwitchboardSupport
+import SwitchboardPush
 
 /// A clock tests move by hand, shared by the client and the sandbox.
 final class ManualClock: Sendable {
@@ -45,7 +47,7 @@ final class PushFixture: Sendable {
         clientConfiguration.connections = connections
         clientConfiguration.initialBackoff = backoff
         clientConfiguration.maxBackoff = .milliseconds(200)
-        client = APNsClient(configuration: clientConfiguration, metrics: metrics, logger: Logger(minimumLevel: .error))
+        client = APNsClient(configuration: clientConfiguration, logger: Logger(minimumLevel: .error), observe: metrics.recordPush)
     }
 
     func stop() {

@@ -4,6 +4,7 @@ import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
+import SwitchboardSupport
 
 /// `switchboard serve` in a mount namespace of its own, its data directory on a small tmpfs (4 MiB unless asked)
 /// that the test fills, empties and makes read-only through a control script.

@@ -3,6 +3,7 @@ import SwitchboardProtocol
 import Testing
 
 @testable import SwitchboardServer
+import SwitchboardCore
 
 /// Recovery at start ends only the calls of processes that are gone, never those of the
 /// process that runs it (the design a store shared by several servers needs).

@@ -4,6 +4,7 @@ import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
+import SwitchboardSupport
 
 /// A real server on 127.0.0.1 with a free port and a fresh data directory, and one app.
 /// How much slower than usual the tests run (`SWITCHBOARD_TEST_SLOWDOWN`, set by

@@ -4,6 +4,7 @@ import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
+import SwitchboardSupport
 
 @Suite(.timeLimit(.minutes(3))) struct WebSocketTests {
     @Test func validTokenInQueryOpensASessionWithAWelcome() async throws {

@@ -2,6 +2,9 @@ import Foundation
 import Synchronization
 import SwitchboardProtocol
 import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardCore
+import SwitchboardPush
 
 /// A call the hub is running.
 final class ActiveCall {
@@ -41,7 +44,7 @@ final class CallSetupClock: Sendable {
         let elapsed = ContinuousClock.now - started
         metrics.observeRecent(
             "switchboard_call_setup_seconds",
-            seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+            seconds: elapsed.seconds)
     }
 }
 

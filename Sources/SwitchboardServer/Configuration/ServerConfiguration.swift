@@ -1,6 +1,7 @@
 import Foundation
 import SwitchboardProtocol
 import SwitchboardSystem
+import SwitchboardSupport
 
 /// Everything `switchboard serve` can be told. Defaults are safe for a single node on loopback.
 ///

@@ -2,6 +2,8 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardSystem
 import Synchronization
+import SwitchboardSupport
+import SwitchboardPush
 
 /// Counters, gauges and histograms, rendered in Prometheus' text format at `/metrics`.
 ///
@@ -271,5 +273,16 @@ public final class Metrics: Sendable {
 
     private static func number(_ value: Double) -> String {
         value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+    }
+
+    /// Counts one push's outcome: by type and Apple's reason, its latency, and configuration
+    /// alarms (the APNs client's observer).
+    package func recordPush(_ notification: PushNotification, _ outcome: PushResult) {
+        let reason = outcome.failure?.apnsReason ?? "Success"
+        increment("switchboard_apns_pushes_total", ["type": notification.type.rawValue, "reason": reason])
+        observe("switchboard_apns_request_duration_seconds", seconds: outcome.latency.seconds)
+        if let failure = outcome.failure, failure.isConfigurationError {
+            increment("switchboard_apns_config_alarms_total", ["reason": reason])
+        }
     }
 }

@@ -1,6 +1,8 @@
 import SwitchboardProtocol
 import Foundation
 import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardPush
 
 /// Picks the APNs client for each push: one per (app, environment), built from the app's key
 /// in the store and kept for the life of the server.
@@ -70,7 +72,7 @@ final class PushRouter: Sendable {
         configuration.baseURL = baseURL
         configuration.caFile = caFile
         configuration.requestTimeout = requestTimeout
-        let service = PushService(client: APNsClient(configuration: configuration, metrics: metrics, logger: logger), store: store, logger: logger)
+        let service = PushService(client: APNsClient(configuration: configuration, logger: logger, observe: metrics.recordPush), store: store, logger: logger)
         return services.withLock { services in
             if let raced = services[key] {
                 service.client.shutdown()

@@ -1,5 +1,7 @@
 import Foundation
 import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardPush
 
 /// Sends pushes and acts on what APNs answers: dead tokens are disabled in the store (a 410
 /// only when the device did not register the token again later), configuration errors raise an

@@ -1,6 +1,8 @@
 import Foundation
 import SwitchboardProtocol
 import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardCore
 
 /// Owns sessions, rooms and calls. Runs on the event loop thread only: the gateway calls it
 /// from transport callbacks, timers call it from the loop.

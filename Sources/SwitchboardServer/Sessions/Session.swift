@@ -1,5 +1,6 @@
 import SwitchboardProtocol
 import SwitchboardSystem
+import SwitchboardCore
 
 /// One client session: a peer id that outlives its connection for the resume grace period.
 final class Session {
@@ -68,48 +69,5 @@ struct EventLog {
         if seq == newest { return [] }
         guard seq < newest, let oldest = entries[head...].first?.seq, oldest <= seq + 1 else { return nil }
         return entries[head...].filter { $0.seq > seq }.map(\.frame)
-    }
-}
-
-/// A token bucket: `rate` per second, up to `burst` at once.
-struct TokenBucket {
-    let rate: Double
-    let burst: Double
-    private var tokens: Double
-    private var updated: ContinuousClock.Instant
-
-    init(rate: Int, burst: Int, now: ContinuousClock.Instant) {
-        self.init(rate: Double(rate), burst: burst, now: now)
-    }
-
-    init(rate: Double, burst: Int, now: ContinuousClock.Instant) {
-        self.rate = rate
-        self.burst = Double(max(burst, 1))
-        tokens = self.burst
-        updated = now
-    }
-
-    /// Whether the bucket would be full by `now` (nothing to remember about it).
-    func isFull(now: ContinuousClock.Instant) -> Bool {
-        let elapsed = now - updated
-        return tokens + (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18) * rate >= burst
-    }
-
-    /// Seconds until a token is available (0 when one is).
-    func wait(now: ContinuousClock.Instant) -> Int {
-        let elapsed = now - updated
-        let available = min(burst, tokens + (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18) * rate)
-        return available >= 1 ? 0 : Int(((1 - available) / rate).rounded(.up))
-    }
-
-    /// Takes one token if there is one.
-    mutating func take(now: ContinuousClock.Instant) -> Bool {
-        let elapsed = now - updated
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        tokens = min(burst, tokens + seconds * rate)
-        updated = now
-        guard tokens >= 1 else { return false }
-        tokens -= 1
-        return true
     }
 }

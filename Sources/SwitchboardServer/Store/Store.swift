@@ -2,6 +2,7 @@ import SwitchboardProtocol
 import Dispatch
 import Foundation
 import SwitchboardSystem
+import SwitchboardSupport
 
 /// The embedded store: one SQLite file in WAL mode under the data directory.
 ///

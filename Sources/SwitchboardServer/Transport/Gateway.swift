@@ -1,6 +1,8 @@
 import Foundation
 import SwitchboardProtocol
 import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardCore
 
 /// The front door: routes HTTP requests, authenticates WebSocket upgrades and turns WebSocket
 /// messages into requests and replies.
@@ -64,7 +66,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             if let headers = crossOrigin.preflight(request) {
                 response = HTTPResponse(status: 204, headers: headers)
             } else {
-                response = failure(403, ErrorBody(.forbidden, "this origin, method or header is not allowed (cors_origins)"))
+                response = failure(ErrorBody(.forbidden, "this origin, method or header is not allowed (cors_origins)"))
             }
         } else {
             (route, response) = self.route(request)
@@ -83,7 +85,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     private func route(_ request: HTTPRequest) -> (String, HTTPResponse) {
         guard let known = Self.restRoute(for: request.path), known.template != "/v1/dev/tokens" || configuration.devTokens else {
             if request.path.hasPrefix("/v1/") && !["/v1/ws", "/v1/echo", "/v1/openapi.json"].contains(request.path) {
-                return ("/v1/*", failure(404, ErrorBody(.notFound, "no such endpoint: \(request.path)")))
+                return ("/v1/*", failure(ErrorBody(.notFound, "no such endpoint: \(request.path)")))
             }
             return dispatch(request)
         }
@@ -96,9 +98,9 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         case (.get, "/healthz"), (.head, "/healthz"):
             return ("/healthz", json(200, ["status": "ok"]))
         case (.get, "/readyz"), (.head, "/readyz"):
-            if draining { return ("/readyz", failure(503, ErrorBody(.unavailable, "server is shutting down"))) }
+            if draining { return ("/readyz", failure(ErrorBody(.unavailable, "server is shutting down"))) }
             if let problem = hub.store.storageProblem {
-                return ("/readyz", failure(503, ErrorBody(.unavailable, "storage refuses writes (\(problem)); calls are refused until it recovers")))
+                return ("/readyz", failure(ErrorBody(.unavailable, "storage refuses writes (\(problem)); calls are refused until it recovers")))
             }
             return ("/readyz", json(200, ["status": "ready"]))
         case (.get, "/metrics"):
@@ -133,16 +135,16 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             if let file = staticFiles.resolve("/openapi.json") {
                 return ("/v1/openapi.json", HTTPResponse(status: 200, contentType: file.contentType, body: .file(path: file.path)))
             }
-            return ("/v1/openapi.json", failure(404, ErrorBody(.notFound, "no OpenAPI document in the web root")))
+            return ("/v1/openapi.json", failure(ErrorBody(.notFound, "no OpenAPI document in the web root")))
         case (_, "/v1/ws"), (_, "/v1/echo"):
-            return (request.path, failure(426, ErrorBody(.badRequest, "this endpoint needs a WebSocket upgrade"), headers: [("upgrade", "websocket")]))
+            return (request.path, failure(ErrorBody(.badRequest, "this endpoint needs a WebSocket upgrade"), status: 426, headers: [("upgrade", "websocket")]))
         case (_, let path) where path == "/v1" || path.hasPrefix("/v1/"):
-            return ("/v1/*", failure(404, ErrorBody(.notFound, "no such endpoint: \(path)")))
+            return ("/v1/*", failure(ErrorBody(.notFound, "no such endpoint: \(path)")))
         case (.get, let path), (.head, let path):
             if let file = staticFiles.resolve(path) {
                 return ("static", HTTPResponse(status: 200, contentType: file.contentType, body: .file(path: file.path)))
             }
-            return ("static", failure(404, ErrorBody(.notFound, "no such file: \(path)")))
+            return ("static", failure(ErrorBody(.notFound, "no such file: \(path)")))
         default:
             return ("other", methodNotAllowed(allowed: "GET, HEAD"))
         }
@@ -151,7 +153,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     private func issueToken(_ request: HTTPRequest) -> HTTPResponse {
         guard let app = basicAuthApp(request.headers["authorization"]) else {
             return failure(
-                401, ErrorBody(.unauthorized, "POST /v1/tokens needs HTTP Basic auth with the app's API key and secret"),
+                ErrorBody(.unauthorized, "POST /v1/tokens needs HTTP Basic auth with the app's API key and secret"),
                 headers: [("www-authenticate", "Basic realm=\"switchboard\"")])
         }
         let body: TokenRequest
@@ -161,14 +163,14 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             return decodeFailure(request.body, error)
         }
         guard !body.identity.isEmpty, body.identity.utf8.count <= 256 else {
-            return failure(400, ErrorBody(.badRequest, "identity must be 1 to 256 bytes"))
+            return failure(ErrorBody(.badRequest, "identity must be 1 to 256 bytes"))
         }
         if let name = body.name, name.utf8.count > 256 {
-            return failure(400, ErrorBody(.badRequest, "name must be at most 256 bytes"))
+            return failure(ErrorBody(.badRequest, "name must be at most 256 bytes"))
         }
         let ttl = body.ttl ?? 3600
         guard (1...configuration.limits.maxTokenTTLSeconds).contains(ttl) else {
-            return failure(400, ErrorBody(.badRequest, "ttl must be 1 to \(configuration.limits.maxTokenTTLSeconds) seconds"))
+            return failure(ErrorBody(.badRequest, "ttl must be 1 to \(configuration.limits.maxTokenTTLSeconds) seconds"))
         }
         let claims = AccessTokenIssuer.claims(
             apiKey: app.apiKey, identity: body.identity, name: body.name, grants: body.grants ?? Grants(), ttlSeconds: ttl)
@@ -207,7 +209,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
 
     func shouldUpgrade(_ request: HTTPRequest, on connection: ConnectionID) -> UpgradeDecision {
         if draining {
-            return .reject(failure(503, ErrorBody(.unavailable, "server is shutting down")))
+            return .reject(failure(ErrorBody(.unavailable, "server is shutting down")))
         }
         switch request.path {
         case "/v1/ws":
@@ -219,7 +221,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
                     metrics.increment("switchboard_connections_refused_total", ["reason": ErrorCode.rateLimited.rawValue])
                     return .reject(
                         failure(
-                            429, ErrorBody(.rateLimited, "too many connections for this identity; retry in \(wait) s"),
+                            ErrorBody(.rateLimited, "too many connections for this identity; retry in \(wait) s"),
                             headers: [("Retry-After", String(wait))]))
                 }
                 var resume: Hub.ResumeRequest?
@@ -232,12 +234,12 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             } catch {
                 metrics.increment("switchboard_connections_refused_total", ["reason": error.code.rawValue])
                 logger.info("websocket refused", ["conn": connection.description, "reason": error.description])
-                return .reject(failure(401, ErrorBody(error.code, error.description)))
+                return .reject(failure(ErrorBody(error.code, error.description)))
             }
         case "/v1/echo" where configuration.enableEcho:
             return .accept(tag: Endpoint.echo.rawValue)
         default:
-            return .reject(failure(404, ErrorBody(.notFound, "no WebSocket endpoint at \(request.path)")))
+            return .reject(failure(ErrorBody(.notFound, "no WebSocket endpoint at \(request.path)")))
         }
     }
 
@@ -323,23 +325,26 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
 
     func encoded(_ status: Int, _ value: some Encodable, headers: [(String, String)] = []) -> HTTPResponse {
         guard let body = try? encoder.encode(value) else {
-            return failure(500, ErrorBody(.internal, "cannot encode the response"))
+            return failure(ErrorBody(.internal, "cannot encode the response"))
         }
         return HTTPResponse(status: status, headers: headers, body: .bytes(Array(body)))
     }
 
-    func failure(_ status: Int, _ error: ErrorBody, headers: [(String, String)] = []) -> HTTPResponse {
+    /// A REST error answer: the status is the code's (`ErrorCode.httpStatus`) unless `status`
+    /// says otherwise (426 for a plain request to the WebSocket endpoint).
+    func failure(_ error: ErrorBody, status: Int? = nil, headers: [(String, String)] = []) -> HTTPResponse {
+        let status = status ?? error.code.httpStatus
         metrics.increment("switchboard_errors_total", ["code": error.code.rawValue])
         let body = (try? encoder.encode(ErrorEnvelope(error: error))) ?? Data()
         return HTTPResponse(status: status, headers: headers, body: .bytes(Array(body)))
     }
 
     func methodNotAllowed(allowed: String) -> HTTPResponse {
-        failure(405, ErrorBody(.methodNotAllowed, "use \(allowed)"), headers: [("allow", allowed)])
+        failure(ErrorBody(.methodNotAllowed, "use \(allowed)"), headers: [("allow", allowed)])
     }
 
     func decodeFailure(_ body: [UInt8], _ error: any Error) -> HTTPResponse {
-        failure(400, Self.decodeError(body, error, decoder: decoder))
+        failure(Self.decodeError(body, error, decoder: decoder))
     }
 
     /// Why a body did not decode: not JSON at all, or not the expected fields.

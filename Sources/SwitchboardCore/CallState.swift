@@ -1,0 +1,356 @@
+import SwitchboardProtocol
+import SwitchboardSupport
+
+/// Why a call action was refused.
+package enum CallError: Error, Equatable {
+    case notFound
+    case notParticipant
+    /// The call is over.
+    case ended
+    /// It no longer rings for this user (declined, missed...).
+    case notRinging
+    /// Only a ringing call can be cancelled.
+    case notCancellable
+    /// Another device of this user answered first.
+    case alreadyAnswered
+
+    package var body: ErrorBody {
+        switch self {
+        case .notFound: ErrorBody(.notFound, "no such call", reason: CallRefusal.unknownCall.rawValue)
+        case .notParticipant:
+            ErrorBody(.forbidden, "you are not a participant of this call", reason: CallRefusal.notParticipant.rawValue)
+        case .ended: ErrorBody(.conflict, "the call has already ended", reason: CallRefusal.callEnded.rawValue)
+        case .notRinging: ErrorBody(.conflict, "the call is no longer ringing for you", reason: CallRefusal.notRinging.rawValue)
+        case .notCancellable:
+            ErrorBody(.conflict, "only a ringing call can be cancelled; end it instead", reason: CallRefusal.notCancellable.rawValue)
+        case .alreadyAnswered:
+            ErrorBody(.conflict, "the call was already answered on another device", reason: CallRefusal.answeredElsewhere.rawValue)
+        }
+    }
+}
+
+/// One call as a value: events in, effects out. No sockets, no clock reads: the caller passes
+/// `now` and performs the effects (sending events, pushes, timers, storage).
+package struct CallState: Equatable {
+    package enum Phase: Equatable {
+        case ringing
+        case accepted
+        case ended(CallOutcome)
+    }
+
+    /// Where one callee stands.
+    package enum CalleeStatus: String, Equatable {
+        /// `unavailable`: every device that rang filtered the call (Do Not Disturb, block list).
+        case ringing, accepted, declined, missed, busy, unreachable, unavailable
+    }
+
+    /// A device of a participant: a registered device id, or `session:<peer id>` for a
+    /// connection without one.
+    package typealias DeviceKey = String
+
+    /// What the owner of the call must do.
+    package enum Effect: Equatable {
+        /// Send `event` to every device of `identity` (except one).
+        case notify(identity: String, event: CallEvent, except: DeviceKey?)
+        case cancelRingTimer
+        /// A missed-call notice as an alert push to the callee's regular token (never VoIP).
+        case missedCallAlert(identity: String)
+        /// The call ended: write history, release the room.
+        case finished
+    }
+
+    package let id: String
+    package let appID: String
+    package let caller: String
+    /// The caller's device placing the call; nil when it was placed over REST without naming
+    /// one (the first of the caller's devices to join the call's room then takes it).
+    package private(set) var callerDevice: DeviceKey?
+    package let callees: [String]
+    package private(set) var phase = Phase.ringing
+    package private(set) var status: [String: CalleeStatus]
+    /// Which device of each accepting callee answered (none when it answered over REST without
+    /// naming one: its first device to join the call's room takes the call).
+    package private(set) var answeredOn: [String: DeviceKey] = [:]
+    /// The devices of each callee the call was sent to (connections and pushes), and those
+    /// that filtered it: a callee whose every device filtered it is unavailable.
+    package private(set) var rungDevices: [String: Set<DeviceKey>] = [:]
+    package private(set) var filteredDevices: [String: Set<DeviceKey>] = [:]
+    /// The participants who put the call on hold.
+    package private(set) var onHold: Set<String> = []
+    package private(set) var callerToldRinging = false
+    package let createdAt: ContinuousClock.Instant
+    package let ringExpiresAt: ContinuousClock.Instant
+    /// Wall-clock milliseconds, for history and payloads.
+    package let createdAtMillis: Int64
+    package let ringExpiresAtMillis: Int64
+    package private(set) var answeredAtMillis: Int64?
+    package private(set) var endedAtMillis: Int64?
+    package private(set) var endedBy: String?
+    package private(set) var endReason: String?
+
+    package init(
+        id: String, appID: String, caller: String, callerDevice: DeviceKey?, callees: [String], busy: Set<String>,
+        unreachable: Set<String>, now: ContinuousClock.Instant, nowMillis: Int64, ringTimeout: Duration
+    ) {
+        self.id = id
+        self.appID = appID
+        self.caller = caller
+        self.callerDevice = callerDevice
+        self.callees = callees
+        createdAt = now
+        ringExpiresAt = now + ringTimeout
+        createdAtMillis = nowMillis
+        ringExpiresAtMillis = nowMillis + Int64(ringTimeout.components.seconds * 1000)
+        var status: [String: CalleeStatus] = [:]
+        for callee in callees {
+            status[callee] = busy.contains(callee) ? .busy : unreachable.contains(callee) ? .unreachable : .ringing
+        }
+        self.status = status
+    }
+
+    package var isGroup: Bool { callees.count > 1 }
+    package var isRinging: Bool { phase == .ringing }
+    package var isEnded: Bool { if case .ended = phase { true } else { false } }
+    package var outcome: CallOutcome? { if case .ended(let outcome) = phase { outcome } else { nil } }
+
+    /// The callees still ringing.
+    package var ringingCallees: [String] { callees.filter { status[$0] == .ringing } }
+
+    /// Right after creation: ends a call nobody can take (everyone busy or unreachable).
+    package mutating func start(nowMillis: Int64) -> [Effect] {
+        var effects: [Effect] = []
+        for callee in callees where status[callee] == .busy {
+            effects.append(.notify(identity: caller, event: .busy(callID: id, callee: callee), except: nil))
+        }
+        guard ringingCallees.isEmpty else { return effects }
+        let allBusy = callees.allSatisfy { status[$0] == .busy }
+        return effects + finish(allBusy ? .busy : .failed, by: nil, reason: allBusy ? "busy" : "unreachable", nowMillis: nowMillis)
+    }
+
+    /// A callee's device was reached (WebSocket delivery, APNs accepted the push, or the device
+    /// acknowledged the ring). The caller hears `call.ringing` once.
+    package mutating func reached(callee: String) -> [Effect] {
+        guard isRinging || phase == .accepted, status[callee] == .ringing, !callerToldRinging else { return [] }
+        callerToldRinging = true
+        return [.notify(identity: caller, event: .ringing(callID: id, callee: callee), except: nil)]
+    }
+
+    /// The first answer wins; a second answer from the same user's other device is refused.
+    package mutating func answer(by callee: String, device: DeviceKey?, nowMillis: Int64) throws(CallError) -> [Effect] {
+        guard let current = status[callee] else { throw .notParticipant }
+        if current == .accepted {
+            if answeredOn[callee] == device { return [] }  // the same device asking again
+            throw .alreadyAnswered
+        }
+        guard !isEnded else { throw .ended }
+        guard current == .ringing else { throw .notRinging }
+        status[callee] = .accepted
+        if let device { answeredOn[callee] = device }
+        var effects: [Effect] = []
+        if phase == .ringing {
+            phase = .accepted
+            answeredAtMillis = nowMillis
+        }
+        let accepted = CallEvent.accepted(callID: id, by: callee)
+        effects.append(.notify(identity: caller, event: accepted, except: nil))
+        for other in callees where other != callee && status[other] == .accepted {
+            effects.append(.notify(identity: other, event: accepted, except: nil))
+        }
+        effects.append(.notify(identity: callee, event: .answeredElsewhere(callID: id, device: device), except: device))
+        if ringingCallees.isEmpty { effects.append(.cancelRingTimer) }
+        return effects
+    }
+
+    /// A decline ends a 1:1 call; in a group it stops only that callee's ringing.
+    package mutating func decline(by callee: String, device: DeviceKey?, nowMillis: Int64) throws(CallError) -> [Effect] {
+        guard let current = status[callee] else { throw .notParticipant }
+        guard !isEnded else { throw .ended }
+        guard current == .ringing else { throw .notRinging }
+        status[callee] = .declined
+        let effects: [Effect] = [
+            .notify(identity: callee, event: .declinedElsewhere(callID: id, device: device), except: device),
+            .notify(identity: caller, event: .declined(callID: id, by: callee), except: nil),
+        ]
+        return effects + afterCalleeStopped(nowMillis: nowMillis, ifNoneRinging: .declined, by: callee, reason: "declined")
+    }
+
+    /// The call went to `devices` of `callee` (its connections, its phones by push).
+    package mutating func rang(_ callee: String, devices: Set<DeviceKey>) {
+        guard status[callee] == .ringing else { return }
+        rungDevices[callee, default: []].formUnion(devices)
+    }
+
+    /// A device of `callee` did not show the call (Do Not Disturb, Focus, block list) or could not
+    /// be reached (APNs refused its token). Once every device it went to is out, the callee is
+    /// unavailable and the caller hears it at once, not after the ring timeout.
+    package mutating func deviceOut(_ callee: String, device: DeviceKey, nowMillis: Int64) throws(CallError) -> [Effect] {
+        guard let current = status[callee] else { throw .notParticipant }
+        guard !isEnded else { throw .ended }
+        guard current == .ringing else { return [] }
+        filteredDevices[callee, default: []].insert(device)
+        guard let rung = rungDevices[callee], rung.isSubset(of: filteredDevices[callee] ?? []) else { return [] }
+        status[callee] = .unavailable
+        let effects: [Effect] = [.notify(identity: caller, event: .unavailable(callID: id, callee: callee), except: nil)]
+        return effects + afterCalleeStopped(nowMillis: nowMillis, ifNoneRinging: .missed, by: nil, reason: "unavailable")
+    }
+
+    /// A callee stopped ringing: a call nobody answered ends once nobody rings (declined if
+    /// anyone declined, else `outcome`); an answered one only loses its ring timer.
+    private mutating func afterCalleeStopped(nowMillis: Int64, ifNoneRinging outcome: CallOutcome, by: String?, reason: String) -> [Effect] {
+        guard ringingCallees.isEmpty else { return [] }
+        guard phase == .ringing else { return [.cancelRingTimer] }
+        let anyDeclined = callees.contains { status[$0] == .declined }
+        return finish(anyDeclined ? .declined : outcome, by: anyDeclined ? by ?? callees.first { status[$0] == .declined } : by,
+            reason: anyDeclined ? "declined" : reason, nowMillis: nowMillis)
+    }
+
+    /// A participant puts the call on hold (or takes it off): the others hear it.
+    package mutating func hold(by identity: String, onHold held: Bool) throws(CallError) -> [Effect] {
+        guard identity == caller || status[identity] != nil else { throw .notParticipant }
+        guard !isEnded else { throw .ended }
+        guard phase == .accepted, identity == caller || status[identity] == .accepted else { throw .notRinging }
+        guard held != onHold.contains(identity) else { return [] }
+        if held { onHold.insert(identity) } else { onHold.remove(identity) }
+        let event = CallEvent.held(callID: id, by: identity, onHold: held)
+        return ([caller] + callees).filter { $0 != identity && ($0 == caller || status[$0] == .accepted) }.map {
+            .notify(identity: $0, event: event, except: nil)
+        }
+    }
+
+    /// The caller hangs up while it rings: every ringing callee is told, and gets a missed-call notice.
+    package mutating func cancel(by identity: String, nowMillis: Int64) throws(CallError) -> [Effect] {
+        guard identity == caller else { throw .notParticipant }
+        guard !isEnded else { throw .ended }
+        guard phase == .ringing else { throw .notCancellable }
+        var effects: [Effect] = []
+        for callee in ringingCallees {
+            status[callee] = .missed
+            effects.append(.notify(identity: callee, event: .cancelled(callID: id), except: nil))
+            effects.append(.missedCallAlert(identity: callee))
+        }
+        return effects + finish(.cancelled, by: identity, reason: "cancelled", nowMillis: nowMillis)
+    }
+
+    /// The ring timeout: every callee still ringing missed it. A call nobody answered ends.
+    package mutating func ringTimedOut(nowMillis: Int64) -> [Effect] {
+        guard !isEnded else { return [] }
+        var effects: [Effect] = []
+        for callee in ringingCallees {
+            status[callee] = .missed
+            effects.append(.notify(identity: callee, event: .missed(callID: id, reason: "timeout"), except: nil))
+            effects.append(.missedCallAlert(identity: callee))
+        }
+        if phase == .ringing {
+            let anyDeclined = callees.contains { status[$0] == .declined }
+            effects += finish(anyDeclined ? .declined : .missed, by: nil, reason: "timeout", nowMillis: nowMillis)
+        }
+        return effects
+    }
+
+    /// A participant ends the call. While it rings, the caller's end is a cancel and a
+    /// callee's a decline.
+    package mutating func end(by identity: String, device: DeviceKey?, reason: String?, nowMillis: Int64) throws(CallError) -> [Effect] {
+        guard identity == caller || status[identity] != nil else { throw .notParticipant }
+        guard !isEnded else { throw .ended }
+        if phase == .ringing {
+            if identity == caller { return try cancel(by: identity, nowMillis: nowMillis) }
+            return try decline(by: identity, device: device, nowMillis: nowMillis)
+        }
+        if identity != caller && status[identity] != .accepted {
+            // A group callee who never answered stops ringing.
+            return try decline(by: identity, device: device, nowMillis: nowMillis)
+        }
+        var effects: [Effect] = []
+        for callee in ringingCallees {
+            status[callee] = .missed
+            effects.append(.notify(identity: callee, event: .missed(callID: id, reason: "ended"), except: nil))
+            effects.append(.missedCallAlert(identity: callee))
+        }
+        return effects + finish(.completed, by: identity, reason: reason ?? "hangup", nowMillis: nowMillis)
+    }
+
+    /// Whether `device` of `identity` may be in the call's room: the caller's calling device,
+    /// and each callee's answering device once it answered, while the call is not over. A side
+    /// taken over REST without a device id goes to the first of that user's devices that asks.
+    /// The other devices of a participant stay out: the call is on the device that took it.
+    package mutating func admitToRoom(identity: String, device: DeviceKey) -> Bool {
+        guard !isEnded else { return false }
+        if identity == caller {
+            if callerDevice == nil { callerDevice = device }
+            return callerDevice == device
+        }
+        guard status[identity] == .accepted else { return false }
+        if answeredOn[identity] == nil { answeredOn[identity] = device }
+        return answeredOn[identity] == device
+    }
+
+    /// The call cannot go on (server restart, internal failure).
+    package mutating func fail(reason: String, nowMillis: Int64) -> [Effect] {
+        guard !isEnded else { return [] }
+        for callee in ringingCallees { status[callee] = .missed }
+        return finish(.failed, by: nil, reason: reason, nowMillis: nowMillis)
+    }
+
+    private mutating func finish(_ outcome: CallOutcome, by: String?, reason: String, nowMillis: Int64) -> [Effect] {
+        phase = .ended(outcome)
+        endedAtMillis = nowMillis
+        endedBy = by
+        endReason = reason
+        onHold = []
+        let ended = CallEvent.ended(callID: id, outcome: outcome, by: by, reason: reason)
+        var effects: [Effect] = [.cancelRingTimer]
+        for identity in [caller] + callees {
+            effects.append(.notify(identity: identity, event: ended, except: nil))
+        }
+        effects.append(.finished)
+        return effects
+    }
+
+    /// The other participants, as `identity`'s history lists them.
+    package func peers(of identity: String) -> [String] {
+        identity == caller ? callees : [caller] + callees.filter { $0 != identity }
+    }
+
+    /// The history outcome of `identity`'s side.
+    package func historyOutcome(for identity: String) -> HistoryOutcome {
+        let ended = outcome ?? .failed
+        if identity == caller {
+            switch ended {
+            case .completed: return .completed
+            case .missed: return .noAnswer
+            case .declined: return .declined
+            case .cancelled: return .cancelled
+            case .busy: return .busy
+            case .failed: return .failed
+            }
+        }
+        switch status[identity] {
+        case .accepted: return ended == .failed ? .failed : .completed
+        case .declined: return .declined
+        case .busy: return .busy
+        case .missed, .ringing: return ended == .failed ? .failed : .missed
+        case .unreachable, .unavailable, nil: return ended == .failed ? .failed : .missed
+        }
+    }
+
+    /// The state as `GET /v1/calls/{id}` shows it.
+    package var summary: JSONValue {
+        let phaseName: String
+        switch phase {
+        case .ringing: phaseName = "ringing"
+        case .accepted: phaseName = "accepted"
+        case .ended: phaseName = "ended"
+        }
+        var callees: [JSONValue] = []
+        for callee in self.callees {
+            callees.append(["identity": .string(callee), "status": .string(status[callee]?.rawValue ?? "unknown")])
+        }
+        return [
+            "call_id": .string(id), "state": .string(phaseName), "outcome": outcome.map { .string($0.rawValue) } ?? .null,
+            "caller": .string(caller), "callees": .array(callees), "created_at": .int(createdAtMillis),
+            "ring_expires_at": .int(ringExpiresAtMillis), "answered_at": answeredAtMillis.map(JSONValue.int) ?? .null,
+            "ended_at": endedAtMillis.map(JSONValue.int) ?? .null, "ended_by": endedBy.map(JSONValue.string) ?? .null,
+            "end_reason": endReason.map(JSONValue.string) ?? .null, "on_hold": .array(onHold.sorted().map(JSONValue.string)),
+        ]
+    }
+}

@@ -1,0 +1,86 @@
+/// `session.welcome` data: the first message on a new session.
+public struct SessionWelcome: Sendable, Codable, Equatable {
+    /// The session id, which is also the peer id others see in rooms.
+    public var peerID: String
+    public var identity: String
+    /// Present with `last_seq` when reconnecting (`/v1/ws?resume_token=...&last_seq=N`) to keep
+    /// this session. A secret of this session: never log it.
+    public var resumeToken: String
+    /// Milliseconds since 1970.
+    public var serverTime: Int64
+    public var limits: SessionLimits
+    /// Whether this connection asked to resume and could not (the session was gone): the client
+    /// must rejoin its rooms.
+    public var resumeFailed: Bool
+
+    public init(peerID: String, identity: String, resumeToken: String, serverTime: Int64, limits: SessionLimits, resumeFailed: Bool = false) {
+        self.peerID = peerID
+        self.identity = identity
+        self.resumeToken = resumeToken
+        self.serverTime = serverTime
+        self.limits = limits
+        self.resumeFailed = resumeFailed
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case peerID = "peer_id"
+        case identity
+        case resumeToken = "resume_token"
+        case serverTime = "server_time"
+        case limits
+        case resumeFailed = "resume_failed"
+    }
+}
+
+/// `session.resumed` data: the first message on a resumed session. The events after the
+/// client's `last_seq` follow, with their original `seq`, then new ones.
+public struct SessionResumed: Sendable, Codable, Equatable {
+    public var peerID: String
+    /// The `seq` of the first replayed event (if any were missed).
+    public var replayFrom: UInt64
+    /// How many events are replayed.
+    public var replayCount: Int
+
+    public init(peerID: String, replayFrom: UInt64, replayCount: Int) {
+        self.peerID = peerID
+        self.replayFrom = replayFrom
+        self.replayCount = replayCount
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case peerID = "peer_id"
+        case replayFrom = "replay_from"
+        case replayCount = "replay_count"
+    }
+}
+
+/// The limits a client must respect, sent in `session.welcome`.
+public struct SessionLimits: Sendable, Codable, Equatable {
+    public var maxMessageBytes: Int
+    public var maxDataBytes: Int
+    public var messagesPerSecond: Int
+    public var pingIntervalSeconds: Int
+    public var idleTimeoutSeconds: Int
+    public var resumeGraceSeconds: Int
+
+    public init(
+        maxMessageBytes: Int, maxDataBytes: Int, messagesPerSecond: Int, pingIntervalSeconds: Int,
+        idleTimeoutSeconds: Int, resumeGraceSeconds: Int
+    ) {
+        self.maxMessageBytes = maxMessageBytes
+        self.maxDataBytes = maxDataBytes
+        self.messagesPerSecond = messagesPerSecond
+        self.pingIntervalSeconds = pingIntervalSeconds
+        self.idleTimeoutSeconds = idleTimeoutSeconds
+        self.resumeGraceSeconds = resumeGraceSeconds
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case maxMessageBytes = "max_message_bytes"
+        case maxDataBytes = "max_data_bytes"
+        case messagesPerSecond = "messages_per_second"
+        case pingIntervalSeconds = "ping_interval_seconds"
+        case idleTimeoutSeconds = "idle_timeout_seconds"
+        case resumeGraceSeconds = "resume_grace_seconds"
+    }
+}

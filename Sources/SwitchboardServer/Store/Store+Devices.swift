@@ -1,0 +1,134 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardCore
+import SwitchboardPush
+
+/// A registered device of a user.
+public struct Device: Sendable, Equatable, Codable {
+    public var appID: String
+    public var userID: String
+    public var deviceID: String
+    public var platform: String
+    public var voipToken: String?
+    public var apnsToken: String?
+    public var environment: APNsEnvironment
+    public var bundleID: String?
+    public var callKitEnabled: Bool
+    public var appVersion: String?
+    /// Milliseconds since 1970.
+    public var updatedAt: Int64
+
+    /// The device as its owner may see it: tokens shortened to their first 8 characters.
+    public var redacted: JSONValue {
+        [
+            "device_id": .string(deviceID), "platform": .string(platform),
+            "voip_token": voipToken.map { .string(Redact.token($0)) } ?? .null,
+            "apns_token": apnsToken.map { .string(Redact.token($0)) } ?? .null,
+            "environment": .string(environment.rawValue), "bundle_id": bundleID.map(JSONValue.string) ?? .null,
+            "callkit_enabled": .bool(callKitEnabled), "app_version": appVersion.map(JSONValue.string) ?? .null,
+            "updated_at": .int(updatedAt),
+        ]
+    }
+}
+
+/// How an app authenticates to APNs: a signing key (token-based) or a client certificate.
+public enum AppPushSettings: Sendable, Equatable {
+    /// A .p8 key with its key id and team id.
+    case key(pem: String, keyID: String, teamID: String)
+    /// A VoIP services certificate and its private key, both PEM (one text).
+    case certificate(pem: String, password: String?)
+
+    public init(keyPEM: String, keyID: String, teamID: String) {
+        self = .key(pem: keyPEM, keyID: keyID, teamID: teamID)
+    }
+}
+
+extension Store {
+    // MARK: Devices
+
+    private static let deviceColumns =
+        "app_id, user_id, device_id, platform, voip_token, apns_token, environment, bundle_id, callkit_enabled, app_version, updated_at"
+
+    private static func device(from row: [SQLValue]) -> Device {
+        Device(
+            appID: row[0].string ?? "", userID: row[1].string ?? "", deviceID: row[2].string ?? "", platform: row[3].string ?? "",
+            voipToken: row[4].string, apnsToken: row[5].string, environment: APNsEnvironment(rawValue: row[6].string ?? "") ?? .production,
+            bundleID: row[7].string, callKitEnabled: row[8].int64 == 1, appVersion: row[9].string, updatedAt: row[10].int64 ?? 0)
+    }
+
+    /// Registers (or updates) a device. A token registered by another user or device moves here;
+    /// a rotated token replaces the old one.
+    /// Registers (or updates) a device; a new one past `limit` devices for its user is refused.
+    public func register(_ device: Device, limit: Int = .max) throws {
+        _ = try write { database in
+            let others = try database.query(
+                "SELECT COUNT(*) FROM devices WHERE app_id = ? AND user_id = ? AND device_id != ?",
+                [.text(device.appID), .text(device.userID), .text(device.deviceID)])
+            if let count = others.first?[0].int64, count >= Int64(limit) { throw DeviceLimitReached(limit: limit) }
+            for (column, token) in [("voip_token", device.voipToken), ("apns_token", device.apnsToken)] {
+                guard let token else { continue }
+                try database.query(
+                    "UPDATE devices SET \(column) = NULL WHERE app_id = ? AND \(column) = ? AND NOT (user_id = ? AND device_id = ?)",
+                    [.text(device.appID), .text(token), .text(device.userID), .text(device.deviceID)])
+            }
+            try database.query(
+                """
+                INSERT INTO devices (\(Self.deviceColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (app_id, user_id, device_id) DO UPDATE SET platform = excluded.platform,
+                    voip_token = excluded.voip_token, apns_token = excluded.apns_token, environment = excluded.environment,
+                    bundle_id = excluded.bundle_id, callkit_enabled = excluded.callkit_enabled,
+                    app_version = excluded.app_version, updated_at = excluded.updated_at
+                """,
+                [.text(device.appID), .text(device.userID), .text(device.deviceID), .text(device.platform),
+                 device.voipToken.map(SQLValue.text) ?? .null, device.apnsToken.map(SQLValue.text) ?? .null,
+                 .text(device.environment.rawValue), device.bundleID.map(SQLValue.text) ?? .null,
+                 .integer(device.callKitEnabled ? 1 : 0), device.appVersion.map(SQLValue.text) ?? .null, .integer(device.updatedAt)])
+            for (kind, token) in [("voip", device.voipToken), ("apns", device.apnsToken)] {
+                guard let token else { continue }
+                try database.query(
+                    """
+                    INSERT INTO push_tokens (token, app_id, kind, registered_at) VALUES (?, ?, ?, ?)
+                    ON CONFLICT(token) DO UPDATE SET app_id = excluded.app_id, kind = excluded.kind,
+                        registered_at = excluded.registered_at, disabled_at = NULL, disabled_reason = NULL
+                    """, [.text(token), .text(device.appID), .text(kind), .integer(device.updatedAt)])
+            }
+        }
+    }
+
+    public func removeDevice(appID: String, userID: String, deviceID: String) throws -> Bool {
+        try write { database in
+            try database.query(
+                "DELETE FROM devices WHERE app_id = ? AND user_id = ? AND device_id = ?", [.text(appID), .text(userID), .text(deviceID)])
+            return database.changes > 0
+        }
+    }
+
+    /// The devices of a user, with tokens APNs declared dead left out.
+    public func devices(appID: String, userID: String) throws -> [Device] {
+        try read { database in
+            let rows = try database.query(
+                """
+                SELECT \(Self.deviceColumns.split(separator: ",").map { "d." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
+                FROM devices d WHERE d.app_id = ? AND d.user_id = ? ORDER BY d.device_id
+                """, [.text(appID), .text(userID)])
+            var devices = rows.map(Self.device(from:))
+            for index in devices.indices {
+                if let token = devices[index].voipToken, let record = try pushTokenRecord(token, database), !record { devices[index].voipToken = nil }
+                if let token = devices[index].apnsToken, let record = try pushTokenRecord(token, database), !record { devices[index].apnsToken = nil }
+            }
+            return devices
+        }
+    }
+
+    /// Whether a token is active (nil when unknown).
+    private func pushTokenRecord(_ token: String, _ database: SQLiteDatabase) throws -> Bool? {
+        try database.query("SELECT disabled_at FROM push_tokens WHERE token = ?", [.text(token)]).first.map { $0[0] == .null }
+    }
+}
+
+/// A user already has the most devices allowed (`max_devices_per_user`).
+public struct DeviceLimitReached: Error, Sendable {
+    public var limit: Int
+}

@@ -1,0 +1,58 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardCore
+import SwitchboardPush
+
+extension Store {
+    // MARK: Push settings
+
+    public func setPushSettings(_ settings: AppPushSettings, appID: String) throws {
+        var values: [SQLValue] = [.text(appID)]
+        switch settings {
+        case .key(let pem, let keyID, let teamID):
+            values += [.text("key"), .text(pem), .text(keyID), .text(teamID), .null, .null]
+        case .certificate(let pem, let password):
+            values += [.text("certificate"), .null, .null, .null, .text(pem), password.map(SQLValue.text) ?? .null]
+        }
+        values.append(.integer(Int64(Date().timeIntervalSince1970 * 1000)))
+        let row = values
+        _ = try write { database in
+            try database.query(
+                """
+                INSERT OR REPLACE INTO app_push (app_id, kind, key_pem, key_id, team_id, certificate_pem, certificate_password, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """, row)
+        }
+    }
+
+    public func pushSettings(appID: String) throws -> AppPushSettings? {
+        try read { database in
+            try database.query(
+                "SELECT kind, key_pem, key_id, team_id, certificate_pem, certificate_password FROM app_push WHERE app_id = ?",
+                [.text(appID)]
+            ).first.map { row in
+                row[0].string == "certificate"
+                    ? .certificate(pem: row[4].string ?? "", password: row[5].string)
+                    : .key(pem: row[1].string ?? "", keyID: row[2].string ?? "", teamID: row[3].string ?? "")
+            }
+        }
+    }
+
+    /// The provider token last minted for a signing key (by this process or an earlier one).
+    public func providerToken(keyID: String, teamID: String) throws -> String? {
+        try read { database in
+            try database.query("SELECT jwt FROM provider_tokens WHERE key_id = ? AND team_id = ?", [.text(keyID), .text(teamID)])
+                .first?[0].string
+        }
+    }
+
+    public func setProviderToken(_ jwt: String, issuedAt: Date, keyID: String, teamID: String) throws {
+        _ = try write { database in
+            try database.query(
+                "INSERT OR REPLACE INTO provider_tokens (key_id, team_id, jwt, issued_at) VALUES (?, ?, ?, ?)",
+                [.text(keyID), .text(teamID), .text(jwt), .integer(Int64(issuedAt.timeIntervalSince1970))])
+        }
+    }
+}

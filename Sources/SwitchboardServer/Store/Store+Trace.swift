@@ -1,0 +1,38 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardCore
+import SwitchboardPush
+
+extension Store {
+    // MARK: Push trace
+
+    /// Appends one trace entry (queued).
+    func trace(callID: String, user: String, device: String, channel: String, event: String, atMillis: Int64, detail: JSONValue? = nil) {
+        let detailText = detail.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) }
+        enqueue("call trace") { database in
+            try database.query(
+                "INSERT INTO call_trace (call_id, user_id, device_id, channel, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [.text(callID), .text(user), .text(device), .text(channel), .text(event), .integer(atMillis),
+                 detailText.map(SQLValue.text) ?? .null])
+        }
+    }
+
+    public func trace(callID: String) throws -> [JSONValue] {
+        try read { database in
+            try database.query(
+                "SELECT user_id, device_id, channel, event, at, detail FROM call_trace WHERE call_id = ? ORDER BY seq", [.text(callID)]
+            ).map { row in
+                var entry: [String: JSONValue] = [
+                    "user": .string(row[0].string ?? ""), "device": .string(row[1].string ?? ""),
+                    "channel": .string(row[2].string ?? ""), "event": .string(row[3].string ?? ""), "at": .int(row[4].int64 ?? 0),
+                ]
+                if let detail = row[5].string, case .object(let fields)? = try? JSONDecoder().decode(JSONValue.self, from: Data(detail.utf8)) {
+                    entry.merge(fields) { old, _ in old }
+                }
+                return .object(entry)
+            }
+        }
+    }
+}

@@ -1,0 +1,118 @@
+internal import CJansson
+import Glibc
+import SwitchboardProtocol
+
+/// JSON text with jansson, for the server's WebSocket hot path, where Foundation's `JSONDecoder`
+/// and `JSONEncoder` were the largest costs of relaying a signal (see BENCHMARKS.md, relay).
+public enum JSONText {
+    /// The value `bytes` hold, or nil when jansson rejects them. jansson also rejects what it
+    /// cannot represent exactly (integers beyond 64 bits); callers that must accept those fall
+    /// back to `JSONDecoder`, which also words the error.
+    public static func parse(_ bytes: [UInt8]) -> JSONValue? {
+        var error = json_error_t()
+        let root = bytes.withUnsafeBufferPointer { buffer -> UnsafeMutablePointer<json_t>? in
+            buffer.withMemoryRebound(to: CChar.self) { chars in
+                // Any top-level value; NUL characters inside strings are legal JSON.
+                json_loadb(chars.baseAddress, chars.count, Int(JSON_DECODE_ANY | JSON_ALLOW_NUL), &error)
+            }
+        }
+        guard let root else { return nil }
+        defer { json_decref(root) }
+        return value(of: root)
+    }
+
+    /// Compact JSON for an object whose members appear in the given order (nested objects in
+    /// their dictionary's order), written as `JSONEncoder` writes it: UTF-8 as is, slashes not
+    /// escaped. Nil when a member holds a floating-point number: jansson writes those with 17
+    /// significant digits where `JSONEncoder` writes the shortest form, so callers encode those
+    /// with `JSONEncoder`.
+    public static func serialize(members: [(String, JSONValue)]) -> [UInt8]? {
+        guard let root = json_object() else { return nil }
+        defer { json_decref(root) }
+        for (key, member) in members {
+            guard let node = node(for: member), json_object_setn_new_nocheck(root, key, key.utf8.count, node) == 0 else { return nil }
+        }
+        guard let text = json_dumps(root, Int(JSON_COMPACT)) else { return nil }
+        defer { free(text) }
+        return Array(UnsafeRawBufferPointer(start: text, count: strlen(text)))
+    }
+
+    /// A new jansson node (one reference, the caller's) for `value`.
+    private static func node(for value: JSONValue) -> UnsafeMutablePointer<json_t>? {
+        switch value {
+        case .null: return json_null()
+        case .bool(let flag): return flag ? json_true() : json_false()
+        case .int(let integer): return json_integer(json_int_t(integer))
+        case .double: return nil
+        case .string(let text):
+            var text = text
+            return text.withUTF8 { bytes in
+                bytes.withMemoryRebound(to: CChar.self) { json_stringn_nocheck($0.baseAddress, $0.count) }
+            }
+        case .array(let elements):
+            guard let array = json_array() else { return nil }
+            for element in elements {
+                guard let child = node(for: element), json_array_append_new(array, child) == 0 else {
+                    json_decref(array)
+                    return nil
+                }
+            }
+            return array
+        case .object(let members):
+            guard let object = json_object() else { return nil }
+            for (key, member) in members {
+                guard let child = node(for: member), json_object_setn_new_nocheck(object, key, key.utf8.count, child) == 0 else {
+                    json_decref(object)
+                    return nil
+                }
+            }
+            return object
+        }
+    }
+
+    private static func value(of node: UnsafeMutablePointer<json_t>) -> JSONValue {
+        switch sb_json_typeof(node) {
+        case JSON_OBJECT:
+            var object: [String: JSONValue] = [:]
+            object.reserveCapacity(json_object_size(node))
+            var iterator = json_object_iter(node)
+            while let entry = iterator {
+                if let key = json_object_iter_key(entry), let member = json_object_iter_value(entry) {
+                    object[string(key, length: json_object_iter_key_len(entry))] = value(of: member)
+                }
+                iterator = json_object_iter_next(node, entry)
+            }
+            return .object(object)
+        case JSON_ARRAY:
+            let count = json_array_size(node)
+            var array: [JSONValue] = []
+            array.reserveCapacity(count)
+            for index in 0..<count {
+                if let element = json_array_get(node, index) { array.append(value(of: element)) }
+            }
+            return .array(array)
+        case JSON_STRING:
+            guard let text = json_string_value(node) else { return .string("") }
+            return .string(string(text, length: json_string_length(node)))
+        case JSON_INTEGER:
+            return .int(Int64(json_integer_value(node)))
+        case JSON_REAL:
+            // As JSONDecoder reads them: a number with an exact 64-bit integer value (1e3, 2.0)
+            // is an integer.
+            let real = json_real_value(node)
+            if let integer = Int64(exactly: real) { return .int(integer) }
+            return .double(real)
+        case JSON_TRUE:
+            return .bool(true)
+        case JSON_FALSE:
+            return .bool(false)
+        default:
+            return .null
+        }
+    }
+
+    /// jansson's strings are UTF-8 it has validated, with an explicit length (they may hold NUL).
+    private static func string(_ pointer: UnsafePointer<CChar>, length: Int) -> String {
+        String(decoding: UnsafeRawBufferPointer(start: pointer, count: length), as: UTF8.self)
+    }
+}

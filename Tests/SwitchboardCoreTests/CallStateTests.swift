@@ -1,0 +1,231 @@
+import SwitchboardProtocol
+import Testing
+
+import SwitchboardCore
+
+/// The call state machine on its own, with a fixed clock.
+@Suite(.timeLimit(.minutes(3))) struct CallStateTests {
+    let t0 = ContinuousClock.now
+
+    func call(_ callees: [String] = ["bob"], busy: Set<String> = [], unreachable: Set<String> = []) -> CallState {
+        CallState(
+            id: "c1", appID: "app", caller: "alice", callerDevice: "a-phone", callees: callees, busy: busy,
+            unreachable: unreachable, now: t0, nowMillis: 1000, ringTimeout: .seconds(45))
+    }
+
+    /// The event types sent to `identity`, in order.
+    func types(_ effects: [CallState.Effect], to identity: String) -> [String] {
+        effects.compactMap { effect in
+            if case .notify(let who, let event, _) = effect, who == identity { return event.type }
+            return nil
+        }
+    }
+
+    enum Step {
+        case answer(String, String), decline(String, String), cancel(String), end(String, String), timeout, reached(String)
+        /// The call went to these devices of a callee.
+        case rang(String, [String])
+        /// A device of a callee filtered the call (or APNs refused its token).
+        case out(String, String)
+        case hold(String, Bool)
+    }
+
+    func run(_ state: inout CallState, _ step: Step) throws -> [CallState.Effect] {
+        switch step {
+        case .answer(let who, let device): return try state.answer(by: who, device: device, nowMillis: 2000)
+        case .decline(let who, let device): return try state.decline(by: who, device: device, nowMillis: 2000)
+        case .cancel(let who): return try state.cancel(by: who, nowMillis: 2000)
+        case .end(let who, let device): return try state.end(by: who, device: device, reason: nil, nowMillis: 3000)
+        case .timeout: return state.ringTimedOut(nowMillis: 46_000)
+        case .reached(let who): return state.reached(callee: who)
+        case .rang(let who, let devices):
+            state.rang(who, devices: Set(devices))
+            return []
+        case .out(let who, let device): return try state.deviceOut(who, device: device, nowMillis: 2500)
+        case .hold(let who, let held): return try state.hold(by: who, onHold: held)
+        }
+    }
+
+    // Table: (callees, steps, final outcome, caller history, per-callee history)
+    static let scenarios: [(String, [String], [Step], CallOutcome, HistoryOutcome, [String: HistoryOutcome])] = [
+        ("answered then hung up", ["bob"], [.reached("bob"), .answer("bob", "b-phone"), .end("alice", "a-phone")], .completed, .completed, ["bob": .completed]),
+        ("declined", ["bob"], [.decline("bob", "b-ipad")], .declined, .declined, ["bob": .declined]),
+        ("cancelled while ringing", ["bob"], [.cancel("alice")], .cancelled, .cancelled, ["bob": .missed]),
+        ("nobody answered", ["bob"], [.timeout], .missed, .noAnswer, ["bob": .missed]),
+        ("callee ends while ringing = decline", ["bob"], [.end("bob", "b-phone")], .declined, .declined, ["bob": .declined]),
+        ("caller ends while ringing = cancel", ["bob"], [.end("alice", "a-phone")], .cancelled, .cancelled, ["bob": .missed]),
+        ("group: one declines, one answers", ["bob", "carol"], [.decline("bob", "b-phone"), .answer("carol", "c-phone"), .end("carol", "c-phone")], .completed, .completed, ["bob": .declined, "carol": .completed]),
+        ("group: one answers, the other misses", ["bob", "carol"], [.answer("bob", "b-phone"), .timeout, .end("alice", "a-phone")], .completed, .completed, ["bob": .completed, "carol": .missed]),
+        ("group: everyone declines", ["bob", "carol"], [.decline("bob", "b"), .decline("carol", "c")], .declined, .declined, ["bob": .declined, "carol": .declined]),
+        ("every device filtered: unavailable at once", ["bob"], [.rang("bob", ["b-phone", "b-ipad"]), .out("bob", "b-phone"), .out("bob", "b-ipad")], .missed, .noAnswer, ["bob": .missed]),
+        ("one device filtered, another answers", ["bob"], [.rang("bob", ["b-phone", "b-web"]), .out("bob", "b-phone"), .answer("bob", "b-web"), .end("alice", "a-phone")], .completed, .completed, ["bob": .completed]),
+        ("group: one unavailable, one declines", ["bob", "carol"], [.rang("bob", ["b-phone"]), .rang("carol", ["c-phone"]), .out("bob", "b-phone"), .decline("carol", "c-phone")], .declined, .declined, ["bob": .missed, "carol": .declined]),
+        ("held and resumed, then hung up", ["bob"], [.answer("bob", "b-phone"), .hold("bob", true), .hold("alice", true), .hold("bob", false), .end("bob", "b-phone")], .completed, .completed, ["bob": .completed]),
+    ]
+
+    @Test(arguments: scenarios.indices)
+    func scenario(index: Int) throws {
+        let (_, callees, steps, outcome, callerHistory, calleeHistory) = Self.scenarios[index]
+        var state = call(callees)
+        _ = state.start(nowMillis: 1000)
+        var effects: [CallState.Effect] = []
+        for step in steps { effects += try run(&state, step) }
+        #expect(state.outcome == outcome)
+        #expect(state.historyOutcome(for: "alice") == callerHistory)
+        for (callee, expected) in calleeHistory { #expect(state.historyOutcome(for: callee) == expected, "\(callee)") }
+        #expect(effects.filter { $0 == .finished }.count == 1, "finished exactly once")
+        #expect(types(effects, to: "alice").last == "call.ended")
+    }
+
+    @Test func theFirstAnswerWinsAndTheOtherDevicesHearAnsweredElsewhere() throws {
+        var state = call()
+        let effects = try state.answer(by: "bob", device: "b-phone", nowMillis: 2000)
+        #expect(effects.contains(.notify(identity: "bob", event: .answeredElsewhere(callID: "c1", device: "b-phone"), except: "b-phone")))
+        #expect(types(effects, to: "alice") == ["call.accepted"])
+        #expect(throws: CallError.alreadyAnswered) { try state.answer(by: "bob", device: "b-ipad", nowMillis: 2001) }
+        #expect(try state.answer(by: "bob", device: "b-phone", nowMillis: 2002).isEmpty, "the winner asking again is harmless")
+    }
+
+    @Test func aDeclineElsewhereReachesTheOtherDevicesAndEndsAOneToOneCall() throws {
+        var state = call()
+        let effects = try state.decline(by: "bob", device: "b-ipad", nowMillis: 2000)
+        #expect(effects.contains(.notify(identity: "bob", event: .declinedElsewhere(callID: "c1", device: "b-ipad"), except: "b-ipad")))
+        #expect(state.outcome == .declined)
+        #expect(throws: CallError.self) { try state.answer(by: "bob", device: "b-phone", nowMillis: 2001) }
+    }
+
+    @Test func theCallerHearsRingingOnceAndCancelsWithMissedCallNoticesOnly() throws {
+        var state = call(["bob", "carol"])
+        #expect(types(state.reached(callee: "bob"), to: "alice") == ["call.ringing"])
+        #expect(state.reached(callee: "carol").isEmpty)
+        let effects = try state.cancel(by: "alice", nowMillis: 2000)
+        #expect(effects.contains(.missedCallAlert(identity: "bob")))
+        #expect(effects.contains(.missedCallAlert(identity: "carol")))
+        #expect(types(effects, to: "bob") == ["call.cancelled", "call.ended"])
+        #expect(throws: CallError.notParticipant) { try state.cancel(by: "bob", nowMillis: 2001) }
+    }
+
+    @Test func busyAndUnreachableCalleesEndTheCallAtOnce() {
+        var busy = call(busy: ["bob"])
+        let effects = busy.start(nowMillis: 1000)
+        #expect(busy.outcome == .busy)
+        #expect(types(effects, to: "alice") == ["call.busy", "call.ended"])
+        var nobody = call(unreachable: ["bob"])
+        _ = nobody.start(nowMillis: 1000)
+        #expect(nobody.outcome == .failed)
+        var partly = call(["bob", "carol"], busy: ["bob"])
+        _ = partly.start(nowMillis: 1000)
+        #expect(partly.isRinging, "carol still rings")
+    }
+
+    /// Who the call's room admits after each history: (what happened, identity, device, admitted).
+    static let roomAdmissions: [(String, [Step], String, String, Bool)] = [
+        ("ringing: the caller's calling device", [], "alice", "a-phone", true),
+        ("ringing: the caller's other device", [], "alice", "a-ipad", false),
+        ("ringing: a callee who has not answered", [], "bob", "b-phone", false),
+        ("ringing: a stranger", [], "mallory", "m-phone", false),
+        ("answered: the answering device", [.answer("bob", "b-phone")], "bob", "b-phone", true),
+        ("answered: the callee's other device", [.answer("bob", "b-phone")], "bob", "b-ipad", false),
+        ("answered: the caller", [.answer("bob", "b-phone")], "alice", "a-phone", true),
+        ("answered: a stranger", [.answer("bob", "b-phone")], "mallory", "m-phone", false),
+        ("declined: the declining device", [.decline("bob", "b-phone")], "bob", "b-phone", false),
+        ("ended: the caller", [.answer("bob", "b-phone"), .end("alice", "a-phone")], "alice", "a-phone", false),
+        ("ended: the answering device", [.answer("bob", "b-phone"), .end("alice", "a-phone")], "bob", "b-phone", false),
+        ("group: a callee still ringing", [.answer("bob", "b-phone")], "carol", "c-phone", false),
+        ("group: a callee who declined", [.decline("carol", "c-phone"), .answer("bob", "b-phone")], "carol", "c-phone", false),
+    ]
+
+    @Test(arguments: roomAdmissions.indices)
+    func theCallsRoomAdmitsOnlyTheDevicesThatTookTheCall(index: Int) throws {
+        let (what, steps, identity, device, admitted) = Self.roomAdmissions[index]
+        var state = call(["bob", "carol"])
+        _ = state.start(nowMillis: 1000)
+        for step in steps { _ = try run(&state, step) }
+        let result = state.admitToRoom(identity: identity, device: device)
+        #expect(result == admitted, "\(what)")
+    }
+
+    @Test func aSideTakenWithoutADeviceGoesToTheFirstDeviceThatJoins() throws {
+        var state = CallState(
+            id: "c1", appID: "app", caller: "alice", callerDevice: nil, callees: ["bob"], busy: [], unreachable: [], now: t0,
+            nowMillis: 1000, ringTimeout: .seconds(45))
+        _ = try state.answer(by: "bob", device: nil, nowMillis: 2000)
+        let admitted = [("alice", "a-ipad"), ("alice", "a-phone"), ("bob", "b-phone"), ("bob", "b-ipad"), ("bob", "b-phone")].map {
+            state.admitToRoom(identity: $0.0, device: $0.1)
+        }
+        #expect(admitted == [true, false, true, false, true], "the first device of each side takes it, the others stay out")
+    }
+
+    @Test func aDeviceThatFilteredTheCallMakesItsUserUnavailableOnlyWhenNoOtherDeviceRings() throws {
+        var state = call()
+        state.rang("bob", devices: ["b-phone", "b-web"])
+        #expect(try state.deviceOut("bob", device: "b-phone", nowMillis: 2000).isEmpty, "the browser still rings")
+        #expect(state.isRinging)
+        #expect(try state.deviceOut("bob", device: "b-phone", nowMillis: 2001).isEmpty, "the same device twice changes nothing")
+        let effects = try state.deviceOut("bob", device: "b-web", nowMillis: 2002)
+        #expect(types(effects, to: "alice") == ["call.unavailable", "call.ended"])
+        #expect(effects.contains(.notify(identity: "alice", event: .unavailable(callID: "c1", callee: "bob"), except: nil)))
+        #expect(state.outcome == .missed)
+        #expect(state.endReason == "unavailable")
+        #expect(effects.contains(.cancelRingTimer), "the caller does not wait for the ring timeout")
+        #expect(!effects.contains(.missedCallAlert(identity: "bob")), "a filtered call leaves no missed-call alert")
+        // A device connecting later still rings: it joins the ones the call went to.
+        var later = call()
+        later.rang("bob", devices: ["b-phone"])
+        later.rang("bob", devices: ["b-tablet"])
+        #expect(try later.deviceOut("bob", device: "b-phone", nowMillis: 2000).isEmpty)
+        #expect(later.isRinging)
+    }
+
+    @Test func holdIsToldToTheOtherParticipantsOnlyWhenItChanges() throws {
+        var state = call(["bob", "carol"])
+        #expect(throws: CallError.notRinging) { try state.hold(by: "alice", onHold: true) }  // not answered yet
+        _ = try state.answer(by: "bob", device: "b-phone", nowMillis: 2000)
+        let held = try state.hold(by: "bob", onHold: true)
+        #expect(held == [.notify(identity: "alice", event: .held(callID: "c1", by: "bob", onHold: true), except: nil)], "carol has not answered")
+        #expect(try state.hold(by: "bob", onHold: true).isEmpty, "holding twice says nothing")
+        #expect(state.summary["on_hold"] == ["bob"])
+        #expect(throws: CallError.notRinging) { try state.hold(by: "carol", onHold: true) }
+        #expect(throws: CallError.notParticipant) { try state.hold(by: "mallory", onHold: true) }
+        _ = try state.end(by: "alice", device: "a-phone", reason: nil, nowMillis: 3000)
+        #expect(state.summary["on_hold"] == [])
+        #expect(throws: CallError.ended) { try state.hold(by: "bob", onHold: false) }
+    }
+
+    @Test func refusalsCarryAStableReason() throws {
+        var state = call()
+        _ = try state.answer(by: "bob", device: "b-phone", nowMillis: 2000)
+        #expect(throws: CallError.alreadyAnswered) { try state.answer(by: "bob", device: "b-ipad", nowMillis: 2001) }
+        #expect(CallError.alreadyAnswered.body.reason == CallRefusal.answeredElsewhere.rawValue)
+        #expect(throws: CallError.notCancellable) { try state.cancel(by: "alice", nowMillis: 2002) }
+        _ = try state.end(by: "alice", device: "a-phone", reason: nil, nowMillis: 3000)
+        #expect(throws: CallError.ended) { try state.end(by: "bob", device: "b-phone", reason: nil, nowMillis: 3001) }
+        #expect(throws: CallError.ended) { try state.deviceOut("bob", device: "b-phone", nowMillis: 3002) }
+        for error in [CallError.notFound, .notParticipant, .ended, .notRinging, .notCancellable, .alreadyAnswered] {
+            #expect(error.body.reason.flatMap(CallRefusal.init(rawValue:)) != nil, "\(error)")
+        }
+    }
+
+    @Test func everyCallEventReadsBackAsItself() {
+        let events: [CallEvent] = [
+            .incoming(callID: "c1", invite: ["call_id": "c1", "video": true]), .ringing(callID: "c1", callee: "bob"),
+            .accepted(callID: "c1", by: "bob"), .answeredElsewhere(callID: "c1", device: "b"), .answeredElsewhere(callID: "c1", device: nil),
+            .declined(callID: "c1", by: "bob"), .declinedElsewhere(callID: "c1", device: "b"), .busy(callID: "c1", callee: "bob"),
+            .unavailable(callID: "c1", callee: "bob"), .cancelled(callID: "c1"), .missed(callID: "c1", reason: "timeout"),
+            .ended(callID: "c1", outcome: .completed, by: "alice", reason: "hangup"), .ended(callID: "c1", outcome: .failed, by: nil, reason: "x"),
+            .held(callID: "c1", by: "bob", onHold: true),
+        ]
+        for event in events {
+            #expect(CallEvent(type: event.type, data: event.data) == event, "\(event)")
+        }
+        #expect(Set(events.map(\.kind)) == Set(CallEvent.Kind.allCases))
+        #expect(CallEvent(type: "call.ended", data: ["call_id": "c1", "outcome": "bogus"]) == nil)
+        #expect(CallEvent(type: "room.data", data: ["call_id": "c1"]) == nil)
+    }
+
+    @Test func strangersCannotActOnACall() {
+        var state = call()
+        #expect(throws: CallError.notParticipant) { try state.answer(by: "mallory", device: "m", nowMillis: 2000) }
+        #expect(throws: CallError.notParticipant) { try state.end(by: "mallory", device: "m", reason: nil, nowMillis: 2000) }
+    }
+}
