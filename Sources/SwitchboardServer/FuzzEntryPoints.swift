@@ -12,6 +12,10 @@ public enum FuzzEntryPoints {
     /// checks it applies before acting (room names, call requests).
     @discardableResult
     public static func webSocketMessage(_ bytes: [UInt8]) -> Bool {
+        // The relay's splice: the bytes it keeps for a signal are exactly the member jansson read.
+        if case .signal(let signal)? = JSONText.parseRequest(bytes) {
+            precondition(JSONText.parse(Array(signal.signal)) == JSONText.parse(bytes)?["data"]?["signal"], "a spliced signal differs")
+        }
         guard case .success(let request) = Hub.parseRequest(bytes) else { return false }
         var accepted = false
         if let join: RoomJoinRequest = try? Hub.decodeData(bytes) {

@@ -52,4 +52,45 @@ import Testing
     @Test func leavesFloatingPointToJSONEncoder() {
         #expect(JSONText.serialize(members: [("data", ["x": .double(0.1)])]) == nil)
     }
+
+    /// The relay keeps a signal's payload as the bytes it arrived as: the range found is exactly
+    /// the member jansson read, whatever the text around it holds.
+    @Test(arguments: [
+        #"{"type":"signal","id":1,"data":{"room":"r","to":"p","signal":{"type":"offer","sdp":"v=0\r\n}{\"x"}}}"#,
+        #"{ "data" : { "signal" : [1, {"a": "]}"}, -2.5e3, null] , "to" : "p", "room" : "r" } , "type" : "signal", "id" : "s" }"#,
+        #"{"type":"signal","id":2,"data":{"room":"r","to":"p","signal":"first","signal":{"last":true}}}"#,
+        #"{"type":"signal","id":3,"data":{"room":"r","to":"p","signal":true}}"#,
+        #"{"data":{"x":{"signal":1},"room":"r","to":"p","signal":"\u00e9\ud83d\ude00"},"id":4,"type":"signal"}"#,
+    ])
+    func aSignalsPayloadIsFoundExactly(text: String) throws {
+        let bytes = Array(text.utf8)
+        guard case .signal(let request)? = JSONText.parseRequest(bytes) else {
+            Issue.record("not read as a signal")
+            return
+        }
+        let whole = try #require(JSONText.parse(bytes))
+        #expect(JSONText.parse(Array(request.signal)) == whole["data"]?["signal"])
+        #expect(request.room == "r" && request.to == "p")
+        #expect(request.id == whole["id"])
+    }
+
+    @Test(arguments: [
+        #"{"type":"signal","id":1,"data":{"room":"r","to":"p","sign\u0061l":{"a":1}}}"#,  // a key spelt with an escape
+        #"{"type":"signal","id":1,"data":{"room":"r","to":5,"signal":{}}}"#,  // wrong types: the ordinary path words the error
+        #"{"type":"signal","id":1,"data":{"room":"r","to":"p"}}"#,
+        #"{"type":"sig","id":1,"data":{"room":"r","to":"p","signal":{}}}"#,
+    ])
+    func whatTheScanCannotPlaceGoesTheOrdinaryWay(text: String) {
+        guard case .value? = JSONText.parseRequest(Array(text.utf8)) else {
+            Issue.record("\(text) was taken as a signal")
+            return
+        }
+    }
+
+    @Test func quotedStringsAreWhatJSONDecoderReadsBack() throws {
+        for text in ["plain", "quote \" and \\ backslash", "tab\tline\nreturn\r", "\u{01}\u{1f}", "é😀/slash"] {
+            let decoded = try JSONDecoder().decode(String.self, from: Data(JSONText.quoted(text)))
+            #expect(decoded == text)
+        }
+    }
 }

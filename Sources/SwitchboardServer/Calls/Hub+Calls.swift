@@ -120,7 +120,7 @@ extension Hub {
         }
         let state = CallState(
             id: id, appID: app.id, caller: caller.sub, callerDevice: device, callees: callees, busy: busy,
-            unreachable: unreachable, now: now, nowMillis: Self.wallMillis(), ringTimeout: .seconds(timeout))
+            unreachable: unreachable, now: now, nowMillis: wallMillis, ringTimeout: .seconds(timeout))
         let call = ActiveCall(
             state: state, request: request, media: media,
             callerName: String((request.callerName ?? caller.name ?? caller.sub).prefix(256)),
@@ -133,14 +133,14 @@ extension Hub {
         metrics.increment("switchboard_calls_total")
         logger.info("call created", ["call": id, "app": app.id, "caller": caller.sub, "callees": callees.joined(separator: ",")])
 
-        let startEffects = call.state.start(nowMillis: Self.wallMillis())
+        let startEffects = call.state.start(nowMillis: wallMillis)
         setup.begin()
         store.saveCall(call.state, idempotencyKey: request.idempotencyKey, written: setup.end)
         if call.state.isRinging {
             ringingCalls.insert(id)
-            call.ringTimer = transport?.loop.schedule(after: .seconds(timeout)) { [weak self] in
+            call.ringTimer = scheduler?.schedule(after: .seconds(timeout)) { [weak self] in
                 guard let self, let call = self.calls[id] else { return }
-                self.perform(call, call.state.ringTimedOut(nowMillis: Self.wallMillis()))
+                self.perform(call, call.state.ringTimedOut(nowMillis: wallMillis))
             }
             for callee in call.state.ringingCallees {
                 ring(callee, call: call, devices: devices[callee] ?? [], setup: setup)
@@ -234,16 +234,16 @@ extension Hub {
     func ring(_ callee: String, call: ActiveCall, devices: [Device], setup: CallSetupClock? = nil) {
         let state = call.state
         let invite = invitation(call)
-        let nowMillis = Self.wallMillis()
-        let sessions = sessionsByUser[Self.userKey(state.appID, callee)] ?? []
+        let nowMillis = wallMillis
         let pushed = devices.filter { $0.platform == "ios" && (($0.callKitEnabled && $0.voipToken != nil) || $0.apnsToken != nil) }
-        call.state.rang(callee, devices: Set(sessions.map(\.deviceKey) + pushed.map(\.deviceID)))
-        for session in sessions {
-            sendEvent(CallEvent.Kind.incoming.rawValue, .object(invite), to: session)
+        let incoming = OutgoingEvent(type: CallEvent.Kind.incoming.rawValue, data: .value(.object(invite)))
+        let receipts = delivery.deliver(incoming, toUser: callee, appID: state.appID, except: nil)
+        call.state.rang(callee, devices: Set(receipts.map(\.device) + pushed.map(\.deviceID)))
+        for receipt in receipts {
             store.trace(
-                callID: state.id, user: callee, device: session.deviceKey, channel: "websocket",
-                event: session.connection == nil ? "queued_for_resume" : "delivered", atMillis: nowMillis)
-            if session.connection != nil { perform(call, call.state.reached(callee: callee)) }
+                callID: state.id, user: callee, device: receipt.device, channel: "websocket",
+                event: receipt.attached ? "delivered" : "queued_for_resume", atMillis: nowMillis)
+            if receipt.attached { perform(call, call.state.reached(callee: callee)) }
         }
         for device in devices where device.platform == "ios" {
             if device.callKitEnabled, let token = device.voipToken {
@@ -293,11 +293,11 @@ extension Hub {
             expiration: type == .voip ? state.ringExpiresAtMillis / 1000 : nil, collapseID: type == .alert ? state.id : nil)
         let callID = state.id
         let channel = type == .voip ? "voip_push" : "alert_push"
-        store.trace(callID: callID, user: callee, device: device.deviceID, channel: channel, event: "push_sent", atMillis: Self.wallMillis())
+        store.trace(callID: callID, user: callee, device: device.deviceID, channel: channel, event: "push_sent", atMillis: wallMillis)
         let router = push
         let ringing = ringingCalls
         let deadline = type == .voip ? state.ringExpiresAt : now + .seconds(30)
-        let loop = transport?.loop
+        let scheduler = self.scheduler
         var stillWanted: @Sendable () -> Bool = { true }
         if type == .voip { stillWanted = { ringing.contains(callID) } }
         setup?.begin()
@@ -307,7 +307,7 @@ extension Hub {
             let result = await router.send(
                 notification, appID: state.appID, environment: device.environment, deadline: deadline, stillWanted: stillWanted,
                 onSubmitted: submitted)
-            loop?.execute { [weak self] in self?.pushAnswered(result, callID: callID, callee: callee, device: device.deviceID, channel: channel) }
+            scheduler?.execute { [weak self] in self?.pushAnswered(result, callID: callID, callee: callee, device: device.deviceID, channel: channel) }
         }
         _ = task
     }
@@ -317,7 +317,7 @@ extension Hub {
     private func pushAnswered(_ result: PushResult, callID: String, callee: String, device: String, channel: String) {
         store.trace(
             callID: callID, user: callee, device: device, channel: channel, event: result.accepted ? "apns_accepted" : "apns_refused",
-            atMillis: Self.wallMillis(),
+            atMillis: wallMillis,
             detail: [
                 "apns_status": .int(Int64(result.status)), "apns_id": .string(result.apnsID),
                 "reason": result.failure.map { .string($0.apnsReason) } ?? .null, "attempts": .int(Int64(result.attempts)),
@@ -325,7 +325,7 @@ extension Hub {
         guard channel != "missed_call_push", let call = calls[callID] else { return }
         if result.accepted {
             perform(call, call.state.reached(callee: callee))
-        } else if result.status >= 400, let effects = try? call.state.deviceOut(callee, device: device, nowMillis: Self.wallMillis()) {
+        } else if result.status >= 400, let effects = try? call.state.deviceOut(callee, device: device, nowMillis: wallMillis) {
             perform(call, effects)
         }
     }
@@ -341,7 +341,7 @@ extension Hub {
             sendEvent(CallEvent.Kind.incoming.rawValue, .object(invitation(call)), to: session)
             store.trace(
                 callID: call.state.id, user: session.identity, device: session.deviceKey, channel: "websocket",
-                event: "delivered_on_connect", atMillis: Self.wallMillis())
+                event: "delivered_on_connect", atMillis: wallMillis)
         }
     }
 
@@ -356,7 +356,7 @@ extension Hub {
         else { throw Self.callRoomRefusal(key.name) }
         guard rooms.room(key) == nil else { return }
         do {
-            apply(try rooms.create(key, maxParticipants: call.state.callees.count + 1, call: callID, now: now, wallMillis: Self.wallMillis()))
+            apply(try rooms.create(key, maxParticipants: call.state.callees.count + 1, call: callID, now: now, wallMillis: wallMillis))
         } catch { throw error.body }
     }
 
@@ -371,7 +371,7 @@ extension Hub {
             }
             throw CallError.notFound.body
         }
-        let nowMillis = Self.wallMillis()
+        let nowMillis = wallMillis
         let effects: [CallState.Effect]
         do {
             switch type {
@@ -422,7 +422,7 @@ extension Hub {
         if !effects.isEmpty {
             store.trace(
                 callID: call.state.id, user: identity, device: device ?? "rest", channel: "device", event: request.onHold ? "held" : "resumed",
-                atMillis: Self.wallMillis())
+                atMillis: wallMillis)
         }
         perform(call, effects)
         return describe(call)
@@ -436,11 +436,9 @@ extension Hub {
         for effect in effects {
             switch effect {
             case .notify(let identity, let event, let except):
-                for session in sessionsByUser[Self.userKey(state.appID, identity)] ?? [] where session.deviceKey != except {
-                    sendEvent(event.type, event.data, to: session)
-                }
+                delivery.deliver(OutgoingEvent(event), toUser: identity, appID: state.appID, except: except)
             case .cancelRingTimer:
-                if let timer = call.ringTimer { transport?.loop.cancel(timer) }
+                if let timer = call.ringTimer { scheduler?.cancel(timer) }
                 call.ringTimer = nil
             case .missedCallAlert(let identity):
                 for device in (try? store.devices(appID: state.appID, userID: identity)) ?? [] where device.platform == "ios" {
@@ -488,7 +486,7 @@ extension Hub {
     /// history of ended ones. `more`: an older page may follow.
     func callHistory(app: App, identity: String, limit: Int, before: Int64?) throws -> (entries: [JSONValue], more: Bool) {
         let cutoff = before ?? .max
-        let nowMillis = Self.wallMillis()
+        let nowMillis = wallMillis
         let live = (liveCallsByUser[Self.userKey(app.id, identity)] ?? []).compactMap { calls[$0] }
             .filter { $0.state.createdAtMillis < cutoff }
             .map { call -> (Int64, JSONValue) in (call.state.createdAtMillis, liveHistoryEntry(call, for: identity, nowMillis: nowMillis)) }

@@ -37,7 +37,10 @@ final class Hub: @unchecked Sendable {
     let metrics: Metrics
     let logger: Logger
     let turn: TurnService
-    weak var transport: HTTPServer?
+    /// Where frames go and timers run: injected (`attach`), the WebSocket server and its event
+    /// loop in production, memory and a manual clock in tests.
+    private(set) weak var output: (any SessionOutput)?
+    private(set) weak var scheduler: (any LoopScheduler)?
     var rooms: RoomDirectory
     private var sessions: [String: Session] = [:]
     private var byConnection: [ConnectionID: Session] = [:]
@@ -67,9 +70,25 @@ final class Hub: @unchecked Sendable {
         turn = configuration.turnService
     }
 
-    var now: ContinuousClock.Instant { .now }
+    /// Every event to a session goes through here (the seam a cluster plugs into).
+    private(set) lazy var delivery: any EventDelivery = LocalDelivery(hub: self)
 
-    static func wallMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+    /// Delivers through `delivery` instead of within this process only (several nodes).
+    func deliver(through delivery: any EventDelivery) { self.delivery = delivery }
+
+    /// The session with this peer id, attached or in its grace period.
+    func session(peerID: String) -> Session? { sessions[peerID] }
+
+    /// Hands the hub its output and its scheduler (its thread's time and timers).
+    func attach(output: any SessionOutput, scheduler: any LoopScheduler) {
+        self.output = output
+        self.scheduler = scheduler
+    }
+
+    var now: ContinuousClock.Instant { scheduler?.now ?? .now }
+
+    /// Wall-clock milliseconds, from the scheduler.
+    var wallMillis: Int64 { scheduler?.wallMillis ?? Int64(Date().timeIntervalSince1970 * 1000) }
 
     /// Sessions attached to a connection or waiting in their grace period.
     var sessionCount: Int { sessions.count }
@@ -107,7 +126,7 @@ final class Hub: @unchecked Sendable {
         logger.debug("session opened", ["peer": session.peerID, "app": app.id, "identity": claims.sub, "conn": connection.description])
         let welcome = SessionWelcome(
             peerID: session.peerID, identity: claims.sub, resumeToken: session.resumeToken,
-            serverTime: Self.wallMillis(), limits: sessionLimits, resumeFailed: resumeFailed)
+            serverTime: wallMillis, limits: sessionLimits, resumeFailed: resumeFailed)
         sendControl(MessageType.sessionWelcome, welcome, to: session)
         offerRingingCalls(to: session)
     }
@@ -126,10 +145,10 @@ final class Hub: @unchecked Sendable {
         if let old = session.connection {
             // The old connection is still open (a half-dead socket): this one replaces it.
             byConnection.removeValue(forKey: old)
-            transport?.close(old, code: 4001, reason: "replaced by a resumed connection")
+            output?.close(old, code: 4001, reason: "replaced by a resumed connection")
         }
         if let timer = session.graceTimer {
-            transport?.loop.cancel(timer)
+            scheduler?.cancel(timer)
             session.graceTimer = nil
         }
         session.connection = connection
@@ -154,7 +173,7 @@ final class Hub: @unchecked Sendable {
         }
         let grace = configuration.limits.resumeGraceSeconds
         logger.debug("session detached", ["peer": session.peerID, "reason": reason.label, "grace_seconds": String(grace)])
-        session.graceTimer = transport?.loop.schedule(after: .seconds(grace)) { [weak self, weak session] in
+        session.graceTimer = scheduler?.schedule(after: .seconds(grace)) { [weak self, weak session] in
             guard let self, let session, session.connection == nil else { return }
             session.graceTimer = nil
             self.logger.info("resume grace expired", ["peer": session.peerID])
@@ -164,7 +183,7 @@ final class Hub: @unchecked Sendable {
 
     /// Ends a session: it leaves its rooms (others hear `reason`) and can no longer be resumed.
     private func end(_ session: Session, reason: PeerLeftReason) {
-        if let timer = session.graceTimer { transport?.loop.cancel(timer) }
+        if let timer = session.graceTimer { scheduler?.cancel(timer) }
         for name in session.rooms.sorted() {
             let key = RoomKey(appID: session.app.id, name: name)
             if let effects = try? rooms.leave(key, peerID: session.peerID, reason: reason) { apply(effects) }
@@ -177,7 +196,7 @@ final class Hub: @unchecked Sendable {
         byResumeToken.removeValue(forKey: session.resumeToken)
         if let connection = session.connection {
             byConnection.removeValue(forKey: connection)
-            transport?.close(connection, code: 1000, reason: "session ended")
+            output?.close(connection, code: 1000, reason: "session ended")
         }
         logger.debug("session ended", ["peer": session.peerID, "reason": reason.rawValue])
     }
@@ -191,8 +210,13 @@ final class Hub: @unchecked Sendable {
             reply(.error(id: nil, ErrorBody(.badRequest, "binary messages are not part of the protocol")), to: session)
             return
         }
+        let parsed = JSONText.parseRequest(bytes)
+        if case .signal(let signal)? = parsed {
+            relay(signal, from: session)
+            return
+        }
         let id: JSONValue, type: String, object: [String: JSONValue]
-        switch Self.parseRequest(bytes) {
+        switch Self.parseRequest(bytes, parsed: parsed) {
         case .success(let request): (id, type, object) = request
         case .failure(let refusal):
             reply(.error(id: refusal.id, refusal.error), to: session)
@@ -218,9 +242,17 @@ final class Hub: @unchecked Sendable {
     }
 
     /// The envelope of a request: a JSON object with a usable `id` and a string `type`.
-    static func parseRequest(_ bytes: [UInt8]) -> Result<(id: JSONValue, type: String, object: [String: JSONValue]), Refusal> {
+    static func parseRequest(
+        _ bytes: [UInt8], parsed: ParsedRequest?? = nil
+    ) -> Result<(id: JSONValue, type: String, object: [String: JSONValue]), Refusal> {
         // jansson first (fast); JSONDecoder for what jansson cannot hold (integers beyond 64 bits).
-        guard let value = JSONText.parse(bytes) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
+        let fast: JSONValue?
+        switch parsed ?? JSONText.parseRequest(bytes) {
+        case .value(let value)?: fast = value
+        case .signal(let signal)?: fast = JSONText.parse(bytes) ?? .object(["id": signal.id])
+        case nil: fast = nil
+        }
+        guard let value = fast ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
             return .failure(Refusal(error: ErrorBody(.malformedJSON, "the message is not valid JSON")))
         }
         guard case .object(let object) = value else {
@@ -243,7 +275,7 @@ final class Hub: @unchecked Sendable {
     private func handle(type: String, object: [String: JSONValue], bytes: [UInt8], from session: Session) throws(ErrorBody) -> Outcome {
         switch type {
         case MessageType.ping:
-            return Outcome(reply: ["server_time": .int(Self.wallMillis())])
+            return Outcome(reply: ["server_time": .int(wallMillis)])
 
         case MessageType.sessionInfo:
             return Outcome(reply: [
@@ -269,7 +301,7 @@ final class Hub: @unchecked Sendable {
             var peer = session.description
             peer.metadata = request.metadata
             let joined: (room: RoomDirectory.Room, others: [PeerDescription], effects: [RoomDirectory.Effect])
-            do { joined = try rooms.join(key, peer: peer, now: now, wallMillis: Self.wallMillis()) } catch { throw error.body }
+            do { joined = try rooms.join(key, peer: peer, now: now, wallMillis: wallMillis) } catch { throw error.body }
             session.rooms.insert(request.room)
             metrics.increment("switchboard_room_joins_total")
             logger.info("joined room", ["peer": session.peerID, "room": request.room, "peers": String(joined.room.members.count)])
@@ -341,6 +373,33 @@ final class Hub: @unchecked Sendable {
         }
     }
 
+    /// The relay's hot path: a signal from one room member to another, its payload spliced
+    /// from the bytes it arrived in. The same checks, replies and errors as any request.
+    private func relay(_ request: SignalRequestBytes, from session: Session) {
+        guard Self.isUsableID(request.id) else {
+            reply(.error(id: nil, ErrorBody(.badRequest, "every request needs an id (a string or an integer)")), to: session)
+            return
+        }
+        guard session.rate.take(now: now) else {
+            reply(.error(id: request.id, ErrorBody(.rateLimited, "more than \(configuration.limits.messagesPerSecond) messages per second")), to: session)
+            return
+        }
+        metrics.signals.increment()
+        let recipient: String
+        do {
+            recipient = try rooms.signalRecipient(RoomKey(appID: session.app.id, name: request.room), from: session.peerID, to: request.to)
+        } catch {
+            reply(.error(id: request.id, error.body), to: session)
+            return
+        }
+        reply(.ok(id: request.id, data: nil), to: session)
+        var data = Array(#"{"room":"#.utf8) + JSONText.quoted(request.room) + Array(#","from":"#.utf8) + JSONText.quoted(session.peerID)
+        data += Array(#","signal":"#.utf8)
+        data += request.signal
+        data.append(0x7D)
+        delivery.deliver(OutgoingEvent(type: MessageType.signal, data: .encoded(data)), toPeer: recipient)
+    }
+
     // MARK: Admin (REST)
 
     func createRoom(app: App, name: String, request: CreateRoomRequest) throws(ErrorBody) -> RoomInfo {
@@ -349,7 +408,7 @@ final class Hub: @unchecked Sendable {
         do {
             let effects = try rooms.create(
                 key, maxParticipants: request.maxParticipants, emptyTimeout: timeout, metadata: request.metadata, now: now,
-                wallMillis: Self.wallMillis())
+                wallMillis: wallMillis)
             apply(effects)
         } catch { throw error.body }
         logger.info("room created", ["app": app.id, "room": name])
@@ -407,11 +466,10 @@ final class Hub: @unchecked Sendable {
         for effect in effects {
             switch effect {
             case .send(let event, let peerID):
-                guard let session = sessions[peerID] else { continue }
-                sendEvent(event.type, event.data, to: session)
+                delivery.deliver(OutgoingEvent(event), toPeer: peerID)
             case .armEmptyTimer(let key, let after):
-                if let old = emptyTimers[key] { transport?.loop.cancel(old) }
-                emptyTimers[key] = transport?.loop.schedule(after: after) { [weak self] in
+                if let old = emptyTimers[key] { scheduler?.cancel(old) }
+                emptyTimers[key] = scheduler?.schedule(after: after) { [weak self] in
                     guard let self else { return }
                     self.emptyTimers.removeValue(forKey: key)
                     if self.rooms.closeIfEmpty(key) {
@@ -420,7 +478,7 @@ final class Hub: @unchecked Sendable {
                     }
                 }
             case .disarmEmptyTimer(let key):
-                if let timer = emptyTimers.removeValue(forKey: key) { transport?.loop.cancel(timer) }
+                if let timer = emptyTimers.removeValue(forKey: key) { scheduler?.cancel(timer) }
             }
         }
         metrics.set("switchboard_rooms", to: Double(rooms.rooms.count))
@@ -428,8 +486,24 @@ final class Hub: @unchecked Sendable {
 
     /// Sends a sequenced event: logged for replay, delivered now if attached.
     func sendEvent(_ type: String, _ data: JSONValue, to session: Session) {
+        sendEvent(OutgoingEvent(type: type, data: .value(data)), to: session)
+    }
+
+    /// Sends a sequenced event: logged for replay, delivered now if attached. Data already
+    /// written as JSON (a relayed signal) is spliced in as it is.
+    func sendEvent(_ event: OutgoingEvent, to session: Session) {
         session.lastSequence += 1
-        guard let bytes = encode(Envelope(type: type, seq: session.lastSequence, data: data)) else { return }
+        let bytes: [UInt8]?
+        switch event.data {
+        case .value(let data): bytes = encode(Envelope(type: event.type, seq: session.lastSequence, data: data))
+        case .encoded(let data):
+            var frame = Array(#"{"type":"#.utf8) + JSONText.quoted(event.type) + Array(#","seq":"#.utf8)
+            frame += Array(String(session.lastSequence).utf8) + Array(#","data":"#.utf8)
+            frame += data
+            frame.append(0x7D)
+            bytes = frame
+        }
+        guard let bytes else { return }
         let frame = OutboundFrame(bytes)
         session.log.append(seq: session.lastSequence, frame: frame)
         transmit(frame, to: session)
@@ -462,7 +536,7 @@ final class Hub: @unchecked Sendable {
 
     private func transmit(_ frame: OutboundFrame, to session: Session) {
         guard let connection = session.connection else { return }
-        if transport?.send(frame, to: connection) == true { metrics.messagesOut.increment() }
+        if output?.send(frame, to: connection) == true { metrics.messagesOut.increment() }
     }
 
     // MARK: Helpers

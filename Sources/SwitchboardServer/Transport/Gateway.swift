@@ -53,7 +53,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
 
     func attach(to server: HTTPServer) {
         self.server = server
-        hub.transport = server
+        hub.attach(output: server, scheduler: server.loop)
     }
 
     // MARK: HTTP

@@ -70,7 +70,7 @@ public enum JSONText {
         }
     }
 
-    private static func value(of node: UnsafeMutablePointer<json_t>) -> JSONValue {
+    static func value(of node: UnsafeMutablePointer<json_t>) -> JSONValue {
         switch sb_json_typeof(node) {
         case JSON_OBJECT:
             var object: [String: JSONValue] = [:]

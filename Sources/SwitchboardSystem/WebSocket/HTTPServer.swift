@@ -82,8 +82,10 @@ public final class HTTPServer: @unchecked Sendable {
         self.logger = logger
         self.handler = handler
         maxConnections = options.maxConnections > 0 ? options.maxConnections : DescriptorLimit.connections(under: DescriptorLimit.current)
-        handler.attach(to: self)
         loop = try EventLoop(listen: options, server: self, name: "switchboard-loop")
+        // Before the loop runs: the handler has the server, and its loop, when the first
+        // connection arrives.
+        handler.attach(to: self)
         loop.start()
     }
 

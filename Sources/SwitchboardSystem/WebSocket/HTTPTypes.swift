@@ -70,6 +70,8 @@ public struct HTTPResponse: Sendable {
 public struct ConnectionID: Hashable, Sendable, CustomStringConvertible {
     public let rawValue: UInt64
     public var description: String { "c\(rawValue)" }
+
+    package init(rawValue: UInt64) { self.rawValue = rawValue }
 }
 
 /// Why a WebSocket connection ended.

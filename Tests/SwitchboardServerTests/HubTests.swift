@@ -1,0 +1,136 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSupport
+import SwitchboardSystem
+import Testing
+
+@testable import SwitchboardServer
+
+/// The hub driven without sockets or real time: an in-memory output, a manual clock and a real
+/// SQLite store in a temporary directory. Ring timeouts, resume grace and empty-room timers run
+/// in microseconds, at exactly their deadlines.
+final class HubHarness {
+    let scheduler = ManualScheduler()
+    let output = MemoryOutput()
+    let hub: Hub
+    let store: Store
+    let app = App.make(name: "Chat", bundleID: "com.example.chat")
+    let directory: String
+    private var nextConnection: UInt64 = 0
+
+    init(_ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
+        directory = try makeTemporaryDirectory()
+        var configuration = ServerConfiguration()
+        configuration.dataDirectory = directory
+        configure(&configuration)
+        let metrics = Metrics()
+        store = try Store(directory: directory, metrics: metrics, logger: Logger(minimumLevel: .error))
+        try store.insert(app)
+        hub = Hub(configuration: configuration, store: store, metrics: metrics, logger: Logger(minimumLevel: .error))
+        hub.attach(output: output, scheduler: scheduler)
+    }
+
+    deinit {
+        store.close()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Opens a session for `identity` on a new connection; returns the connection.
+    func connect(_ identity: String, device: String? = nil, resume: Hub.ResumeRequest? = nil) -> ConnectionID {
+        nextConnection += 1
+        let connection = ConnectionID(rawValue: nextConnection)
+        let claims = AccessTokenClaims(
+            iss: app.apiKey, sub: identity, exp: 4_000_000_000, name: identity.capitalized,
+            grants: Grants(room: "*", roomJoin: true, call: true))
+        hub.connected(connection, claims: claims, app: app, resume: resume, deviceID: device)
+        return connection
+    }
+
+    func send(_ connection: ConnectionID, _ type: String, _ data: JSONValue, id: String = "r") {
+        let message: JSONValue = ["type": .string(type), "id": .string(id), "data": data]
+        hub.received(Array(try! JSONEncoder().encode(message)), binary: false, on: connection)
+    }
+
+    func welcome(_ connection: ConnectionID) -> (peerID: String, resumeToken: String) {
+        let message = output.take(connection).first { $0["type"] == "session.welcome" }
+        return (message?["data"]?["peer_id"]?.stringValue ?? "", message?["data"]?["resume_token"]?.stringValue ?? "")
+    }
+}
+
+@Suite(.timeLimit(.minutes(3))) struct HubTests {
+    @Test func anUnansweredCallIsMissedAtItsRingTimeoutAndNotBefore() throws {
+        let h = try HubHarness()
+        let alice = h.connect("alice", device: "a-phone")
+        let bob = h.connect("bob", device: "b-phone")
+        _ = h.output.take(alice)
+        _ = h.output.take(bob)
+        h.send(alice, MessageType.callCreate, ["callees": ["bob"], "ring_timeout_seconds": 20])
+        let sent = h.output.take(alice)
+        let reply = sent.first { $0["type"] == "ok" }
+        #expect(sent.contains { $0["type"] == "call.ringing" }, "bob's connection was reached")
+        let callID = try #require(reply?["data"]?["call_id"]?.stringValue)
+        #expect(h.output.types(bob) == ["call.incoming"])
+        h.scheduler.advance(by: .seconds(20) - .milliseconds(1))
+        #expect(h.output.types(alice).allSatisfy { $0 != "call.ended" }, "still ringing 1 ms before the timeout")
+        h.scheduler.advance(by: .milliseconds(1))
+        let ended = h.output.take(alice).filter { $0["type"] == "call.ended" }
+        #expect(ended.count == 1)
+        #expect(ended.first?["data"]?["outcome"] == "missed")
+        #expect(h.output.types(bob).contains("call.ended"))
+        h.store.flush()  // history is written on the store's writer queue
+        let history = try h.store.history(appID: h.app.id, userID: "bob", limit: 10, before: nil)
+        #expect(history.first?["call_id"]?.stringValue == callID)
+        #expect(history.first?["outcome"] == "missed")
+        #expect(h.scheduler.armed == 0, "no timer is left behind")
+    }
+
+    @Test func aSessionThatLostItsConnectionLeavesItsRoomsWhenTheGraceEndsAndNotBefore() throws {
+        let h = try HubHarness { $0.limits.resumeGraceSeconds = 30 }
+        let alice = h.connect("alice")
+        let bob = h.connect("bob")
+        let bobPeer = h.welcome(bob).peerID
+        h.send(alice, MessageType.roomJoin, ["room": "r"])
+        h.send(bob, MessageType.roomJoin, ["room": "r"])
+        _ = h.output.take(alice)
+        h.hub.disconnected(bob, reason: .lost)
+        h.scheduler.advance(by: .seconds(30) - .milliseconds(1))
+        #expect(h.output.types(alice).isEmpty, "bob may still come back")
+        h.scheduler.advance(by: .milliseconds(1))
+        let left = h.output.take(alice)
+        #expect(left.map { $0["type"] } == ["room.peer_left"])
+        #expect(left.first?["data"]?["peer_id"]?.stringValue == bobPeer)
+        #expect(left.first?["data"]?["reason"] == "disconnected")
+    }
+
+    @Test func aSessionResumedWithinTheGraceGetsWhatItMissedAndStaysInItsRooms() throws {
+        let h = try HubHarness { $0.limits.resumeGraceSeconds = 30 }
+        let alice = h.connect("alice")
+        let bob = h.connect("bob")
+        let (bobPeer, resumeToken) = h.welcome(bob)
+        h.send(bob, MessageType.roomJoin, ["room": "r"])
+        h.send(alice, MessageType.roomJoin, ["room": "r"])
+        let lastSeen = h.output.take(bob).compactMap { $0["seq"]?.intValue }.max() ?? 0
+        h.hub.disconnected(bob, reason: .lost)
+        h.send(alice, MessageType.data, ["room": "r", "data": ["n": 1]])
+        h.scheduler.advance(by: .seconds(29))
+        let back = h.connect("bob", resume: Hub.ResumeRequest(token: resumeToken, lastSequence: UInt64(lastSeen)))
+        let replayed = h.output.take(back)
+        #expect(replayed.first?["type"] == "session.resumed")
+        #expect(replayed.first?["data"]?["peer_id"]?.stringValue == bobPeer)
+        #expect(replayed.dropFirst().map { $0["type"] } == ["room.data"], "the data message sent while away")
+        h.scheduler.advance(by: .seconds(60))
+        #expect(!h.output.types(alice).contains("room.peer_left"), "bob came back in time")
+    }
+
+    @Test func anEmptyRoomClosesAtItsEmptyTimeout() throws {
+        let h = try HubHarness()
+        _ = try h.hub.createRoom(app: h.app, name: "standup", request: CreateRoomRequest(emptyTimeoutSeconds: 5))
+        let alice = h.connect("alice")
+        h.send(alice, MessageType.roomJoin, ["room": "standup"])
+        h.send(alice, MessageType.roomLeave, ["room": "standup"])
+        h.scheduler.advance(by: .seconds(5) - .milliseconds(1))
+        #expect((try? h.hub.room(app: h.app, name: "standup")) != nil, "open until its timeout")
+        h.scheduler.advance(by: .milliseconds(1))
+        #expect((try? h.hub.room(app: h.app, name: "standup")) == nil, "closed at its timeout")
+    }
+}
