@@ -14,6 +14,8 @@ final class ActiveCall {
     let callerName: String
     let handle: String
     var ringTimer: TimerID?
+    /// Read by the call's push tasks (no retry once it stops ringing); set on the loop.
+    let ringing = RingFlag()
 
     init(state: CallState, request: CallCreateRequest, media: CallMedia, callerName: String, handle: String) {
         self.state = state
@@ -48,12 +50,12 @@ final class CallSetupClock: Sendable {
     }
 }
 
-/// Call ids still ringing, shared with push tasks (no push retry once a call stops ringing).
-final class RingingSet: Sendable {
-    private let ids = Locked<Set<String>>([])
-    func insert(_ id: String) { _ = ids.withLock { $0.insert(id) } }
-    func remove(_ id: String) { _ = ids.withLock { $0.remove(id) } }
-    func contains(_ id: String) -> Bool { ids.withLock { $0.contains(id) } }
+/// Whether one call still rings, for its push tasks on other threads: an atomic flag each
+/// call owns (no lock shared between the loop and the pushes). Set once, on the loop.
+final class RingFlag: Sendable {
+    private let stopped = Atomic<Bool>(false)
+    var isRinging: Bool { !stopped.load(ordering: .acquiring) }
+    func stop() { stopped.store(true, ordering: .releasing) }
 }
 
 extension Hub {
@@ -137,7 +139,6 @@ extension Hub {
         setup.begin()
         store.saveCall(call.state, idempotencyKey: request.idempotencyKey, written: setup.end)
         if call.state.isRinging {
-            ringingCalls.insert(id)
             call.ringTimer = scheduler?.schedule(after: .seconds(timeout)) { [weak self] in
                 guard let self, let call = self.calls[id] else { return }
                 self.perform(call, call.state.ringTimedOut(nowMillis: wallMillis))
@@ -294,22 +295,21 @@ extension Hub {
         let callID = state.id
         let channel = type == .voip ? "voip_push" : "alert_push"
         store.trace(callID: callID, user: callee, device: device.deviceID, channel: channel, event: "push_sent", atMillis: wallMillis)
-        let router = push
-        let ringing = ringingCalls
+        let ringing = call.ringing
         let deadline = type == .voip ? state.ringExpiresAt : now + .seconds(30)
         let scheduler = self.scheduler
         var stillWanted: @Sendable () -> Bool = { true }
-        if type == .voip { stillWanted = { ringing.contains(callID) } }
+        if type == .voip { stillWanted = { ringing.isRinging } }
         setup?.begin()
         var submitted: (@Sendable () -> Void)?
         if let setup { submitted = { setup.end() } }
-        let task = Task { [submitted] in
-            let result = await router.send(
-                notification, appID: state.appID, environment: device.environment, deadline: deadline, stillWanted: stillWanted,
-                onSubmitted: submitted)
-            scheduler?.execute { [weak self] in self?.pushAnswered(result, callID: callID, callee: callee, device: device.deviceID, channel: channel) }
+        let deviceID = device.deviceID
+        push.dispatch(
+            notification, appID: state.appID, environment: device.environment, deadline: deadline, stillWanted: stillWanted,
+            onSubmitted: submitted
+        ) { [weak self] result in
+            scheduler?.execute { [weak self] in self?.pushAnswered(result, callID: callID, callee: callee, device: deviceID, channel: channel) }
         }
-        _ = task
     }
 
     /// What APNs said of a push: traced; an accepted invite has reached a device; one APNs
@@ -450,7 +450,7 @@ extension Hub {
                     sendPush(.alert, to: device, token: token, callee: identity, call: call, payload: alert)
                 }
             case .finished:
-                ringingCalls.remove(state.id)
+                call.ringing.stop()
                 calls.removeValue(forKey: state.id)
                 store.recordHistory(state, video: call.video)
                 for identity in [state.caller] + state.callees {
@@ -469,7 +469,7 @@ extension Hub {
                 logger.info("call ended", ["call": state.id, "outcome": state.outcome?.rawValue ?? "", "reason": state.endReason ?? ""])
             }
         }
-        if !state.isRinging { ringingCalls.remove(state.id) }
+        if !state.isRinging { call.ringing.stop() }
         store.saveCall(state, idempotencyKey: call.request.idempotencyKey)
     }
 

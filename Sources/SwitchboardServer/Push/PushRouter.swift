@@ -17,6 +17,10 @@ final class PushRouter: Sendable {
     /// Where certificate credentials are written for libcurl (readable by this user only).
     private let credentialsDirectory: String
     private let services = Locked<[String: PushService]>([:])
+    /// Pushes handed over by the loop; one worker runs each as a child task of its group, so
+    /// none is a bare task, and shutdown ends them all.
+    private let jobs: AsyncStream<@Sendable () async -> Void>.Continuation
+    private let worker: Task<Void, Never>
 
     init(
         store: Store, metrics: Metrics, logger: Logger, baseURL: String?, caFile: String?, requestTimeout: Duration,
@@ -29,6 +33,25 @@ final class PushRouter: Sendable {
         self.logger = logger
         self.baseURL = baseURL
         self.caFile = caFile
+        let (stream, jobs) = AsyncStream.makeStream(of: (@Sendable () async -> Void).self)
+        self.jobs = jobs
+        worker = Task {
+            await withDiscardingTaskGroup { group in
+                for await job in stream { group.addTask { await job() } }
+            }
+        }
+    }
+
+    /// Sends a push in the background and hands its result to `answered` (on the push's
+    /// thread: the caller moves it to its own).
+    func dispatch(
+        _ notification: PushNotification, appID: String, environment: APNsEnvironment, deadline: ContinuousClock.Instant,
+        stillWanted: @escaping @Sendable () -> Bool = { true }, onSubmitted: (@Sendable () -> Void)? = nil,
+        answered: @escaping @Sendable (PushResult) -> Void
+    ) {
+        jobs.yield { [self] in
+            answered(await send(notification, appID: appID, environment: environment, deadline: deadline, stillWanted: stillWanted, onSubmitted: onSubmitted))
+        }
     }
 
     func send(
@@ -94,7 +117,10 @@ final class PushRouter: Sendable {
         return path
     }
 
+    deinit { jobs.finish() }
+
     func shutdown() {
+        jobs.finish()
         for service in services.withLock({ $0.values }) { service.client.shutdown() }
     }
 }

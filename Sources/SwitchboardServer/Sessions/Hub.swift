@@ -30,8 +30,6 @@ final class Hub: @unchecked Sendable {
     var liveCallsByUser: [String: Set<String>] = [:]
     var inviteLog: [String: [ContinuousClock.Instant]] = [:]
     var lastPrune = ContinuousClock.now
-    /// Calls still ringing, readable from push tasks on other threads.
-    let ringingCalls = RingingSet()
 
     let configuration: ServerConfiguration
     let metrics: Metrics

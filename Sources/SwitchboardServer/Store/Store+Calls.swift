@@ -36,20 +36,30 @@ extension Store {
                 let peers = state.peers(of: user)
                 let answered = state.answeredAtMillis
                 let ended = state.endedAtMillis ?? state.createdAtMillis
-                let duration = answered.map { max(0, ended - $0) } ?? 0
-                try database.query(
-                    """
-                    INSERT OR REPLACE INTO call_history (app_id, user_id, call_id, direction, peers, video, created_at,
-                        answered_at, ended_at, duration_ms, outcome, end_reason, ended_by)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                    [.text(state.appID), .text(user), .text(state.id), .text(direction),
-                     .text(String(decoding: try JSONEncoder().encode(peers), as: UTF8.self)), .integer(video ? 1 : 0),
-                     .integer(state.createdAtMillis), answered.map(SQLValue.integer) ?? .null, .integer(ended), .integer(duration),
-                     .text(state.historyOutcome(for: user).rawValue), state.endReason.map(SQLValue.text) ?? .null,
-                     state.endedBy.map(SQLValue.text) ?? .null])
+                try Self.insertHistory(
+                    appID: state.appID, user: user, callID: state.id, direction: direction, peers: peers, video: video,
+                    createdAt: state.createdAtMillis, answeredAt: answered, endedAt: ended, outcome: state.historyOutcome(for: user).rawValue,
+                    endReason: state.endReason, endedBy: state.endedBy, in: database)
             }
         }
+    }
+
+    /// One participant's history entry (written again if the call's entry exists).
+    static func insertHistory(
+        appID: String, user: String, callID: String, direction: String, peers: [String], video: Bool, createdAt: Int64,
+        answeredAt: Int64?, endedAt: Int64, outcome: String, endReason: String?, endedBy: String?, in database: SQLiteDatabase
+    ) throws {
+        try database.query(
+            """
+            INSERT OR REPLACE INTO call_history (app_id, user_id, call_id, direction, peers, video, created_at,
+                answered_at, ended_at, duration_ms, outcome, end_reason, ended_by)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [.text(appID), .text(user), .text(callID), .text(direction),
+             .text(String(decoding: try JSONEncoder().encode(peers), as: UTF8.self)), .integer(video ? 1 : 0),
+             .integer(createdAt), answeredAt.map(SQLValue.integer) ?? .null, .integer(endedAt),
+             .integer(answeredAt.map { max(0, endedAt - $0) } ?? 0), .text(outcome), endReason.map(SQLValue.text) ?? .null,
+             endedBy.map(SQLValue.text) ?? .null])
     }
 
     /// A page of a user's call history, newest first.
@@ -122,15 +132,10 @@ extension Store {
                 [.text(String(decoding: try JSONEncoder().encode(JSONValue.object(summary)), as: UTF8.self)), .text(id)])
             for user in [caller] + callees {
                 let peers = user == caller ? callees : [caller] + callees.filter { $0 != user }
-                try database.query(
-                    """
-                    INSERT OR REPLACE INTO call_history (app_id, user_id, call_id, direction, peers, video, created_at,
-                        answered_at, ended_at, duration_ms, outcome, end_reason, ended_by)
-                    VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, 'failed', 'server_restart', NULL)
-                    """,
-                    [.text(appID), .text(user), .text(id), .text(user == caller ? "outgoing" : "incoming"),
-                     .text(String(decoding: try JSONEncoder().encode(peers), as: UTF8.self)), .integer(created),
-                     answered.map(SQLValue.integer) ?? .null, .integer(nowMillis), .integer(answered.map { nowMillis - $0 } ?? 0)])
+                try Self.insertHistory(
+                    appID: appID, user: user, callID: id, direction: user == caller ? "outgoing" : "incoming", peers: peers, video: false,
+                    createdAt: created, answeredAt: answered, endedAt: nowMillis, outcome: "failed", endReason: "server_restart", endedBy: nil,
+                    in: database)
             }
         }
         return rows.count

@@ -87,12 +87,7 @@ extension Store {
                  .integer(device.callKitEnabled ? 1 : 0), device.appVersion.map(SQLValue.text) ?? .null, .integer(device.updatedAt)])
             for (kind, token) in [("voip", device.voipToken), ("apns", device.apnsToken)] {
                 guard let token else { continue }
-                try database.query(
-                    """
-                    INSERT INTO push_tokens (token, app_id, kind, registered_at) VALUES (?, ?, ?, ?)
-                    ON CONFLICT(token) DO UPDATE SET app_id = excluded.app_id, kind = excluded.kind,
-                        registered_at = excluded.registered_at, disabled_at = NULL, disabled_reason = NULL
-                    """, [.text(token), .text(device.appID), .text(kind), .integer(device.updatedAt)])
+                try Self.upsertPushToken(token, appID: device.appID, kind: kind, atMillis: device.updatedAt, in: database)
             }
         }
     }
@@ -120,6 +115,16 @@ extension Store {
             }
             return devices
         }
+    }
+
+    /// Records a (re)registration of `token`; a disabled token becomes active again.
+    static func upsertPushToken(_ token: String, appID: String, kind: String, atMillis: Int64, in database: SQLiteDatabase) throws {
+        try database.query(
+            """
+            INSERT INTO push_tokens (token, app_id, kind, registered_at) VALUES (?, ?, ?, ?)
+            ON CONFLICT(token) DO UPDATE SET app_id = excluded.app_id, kind = excluded.kind,
+                registered_at = excluded.registered_at, disabled_at = NULL, disabled_reason = NULL
+            """, [.text(token), .text(appID), .text(kind), .integer(atMillis)])
     }
 
     /// Whether a token is active (nil when unknown).

@@ -428,14 +428,7 @@ public final class Store: Sendable {
     /// Records that a device (re)registered `token` at `at`; a disabled token becomes active again.
     public func registerPushToken(_ token: String, appID: String, kind: String, at: Date) throws {
         let millis = Int64(at.timeIntervalSince1970 * 1000)
-        _ = try write { database in
-            try database.query(
-                """
-                INSERT INTO push_tokens (token, app_id, kind, registered_at) VALUES (?, ?, ?, ?)
-                ON CONFLICT(token) DO UPDATE SET app_id = excluded.app_id, kind = excluded.kind,
-                    registered_at = excluded.registered_at, disabled_at = NULL, disabled_reason = NULL
-                """, [.text(token), .text(appID), .text(kind), .integer(millis)])
-        }
+        _ = try write { database in try Self.upsertPushToken(token, appID: appID, kind: kind, atMillis: millis, in: database) }
     }
 
     /// Disables `token` after APNs called it dead. For `Unregistered` with a timestamp, only when

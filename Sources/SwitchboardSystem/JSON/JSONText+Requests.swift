@@ -26,13 +26,7 @@ extension JSONText {
     /// cannot place (a key written with escapes), comes back as a value. Nil: not JSON jansson
     /// accepts.
     public static func parseRequest(_ bytes: [UInt8]) -> ParsedRequest? {
-        var error = json_error_t()
-        let root = bytes.withUnsafeBufferPointer { buffer -> UnsafeMutablePointer<json_t>? in
-            buffer.withMemoryRebound(to: CChar.self) { chars in
-                json_loadb(chars.baseAddress, chars.count, Int(JSON_DECODE_ANY | JSON_ALLOW_NUL), &error)
-            }
-        }
-        guard let root else { return nil }
+        guard let root = load(bytes) else { return nil }
         defer { json_decref(root) }
         if let signal = signalRequest(root, bytes) { return .signal(signal) }
         return .value(value(of: root))

@@ -9,16 +9,20 @@ public enum JSONText {
     /// cannot represent exactly (integers beyond 64 bits); callers that must accept those fall
     /// back to `JSONDecoder`, which also words the error.
     public static func parse(_ bytes: [UInt8]) -> JSONValue? {
+        guard let root = load(bytes) else { return nil }
+        defer { json_decref(root) }
+        return value(of: root)
+    }
+
+    /// jansson's tree of `bytes` (one reference, the caller's), or nil when it rejects them.
+    static func load(_ bytes: [UInt8]) -> UnsafeMutablePointer<json_t>? {
         var error = json_error_t()
-        let root = bytes.withUnsafeBufferPointer { buffer -> UnsafeMutablePointer<json_t>? in
+        return bytes.withUnsafeBufferPointer { buffer -> UnsafeMutablePointer<json_t>? in
             buffer.withMemoryRebound(to: CChar.self) { chars in
                 // Any top-level value; NUL characters inside strings are legal JSON.
                 json_loadb(chars.baseAddress, chars.count, Int(JSON_DECODE_ANY | JSON_ALLOW_NUL), &error)
             }
         }
-        guard let root else { return nil }
-        defer { json_decref(root) }
-        return value(of: root)
     }
 
     /// Compact JSON for an object whose members appear in the given order (nested objects in
