@@ -79,7 +79,10 @@ let package = Package(
         // Test doubles others need: the local APNs sandbox and the tools' process helpers.
         .target(
             name: "SwitchboardTesting",
-            dependencies: ["SwitchboardServer", "SwitchboardPush", "SwitchboardProtocol", "SwitchboardSupport", "SwitchboardSystem", "SwitchboardHTTP2Server"]),
+            dependencies: [
+                "SwitchboardServer", "SwitchboardPush", "SwitchboardProtocol", "SwitchboardSupport", "SwitchboardSystem", "SwitchboardHTTP2Server",
+                "CShims",
+            ]),
         .executableTarget(
             name: "switchboard",
             dependencies: [

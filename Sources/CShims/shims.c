@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include <string.h>
 #include <stddef.h>
+#include <malloc.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -163,4 +164,8 @@ long long sb_tcp_bytes_received(int fd) {
 
 int sb_accept_nonblocking(int fd) {
     return accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+}
+
+int sb_malloc_set_mmap_threshold(int bytes) {
+    return mallopt(M_MMAP_THRESHOLD, bytes);
 }

@@ -1,4 +1,5 @@
 import Foundation
+internal import CShims
 import SwitchboardProtocol
 import SwitchboardSupport
 
@@ -62,15 +63,22 @@ public final class ToolProcess: Sendable {
         try Self.launch(process)
     }
 
-    /// Starts `process`, one at a time in this test process: Foundation's `Process.run()` on
-    /// Linux is not safe to call from several threads at once (seen: a crash in its copy of
-    /// the environment while suites started children in parallel). Every child a test starts
-    /// goes through here.
+    /// Starts `process`. Every child a test starts goes through here, one at a time.
+    ///
+    /// Foundation's `Process.run()` on Linux lists `/proc/self/fd` and copies 256 bytes of
+    /// each entry's name whatever its length (swift-corelibs-foundation#5472; AddressSanitizer
+    /// shows the read past the end of the 32,816-byte directory buffer `opendir` allocates).
+    /// When that buffer ends just before an unmapped page, the test process dies with "Bad
+    /// pointer dereference". With malloc's mmap threshold at 32 KiB the buffer gets a mapping
+    /// of its own, rounded up to whole pages, so the over-read stays inside mapped memory.
     public static func launch(_ process: Process) throws {
         try launching.withLock { _ in try process.run() }
     }
 
-    private static let launching = Locked(())
+    private static let launching: Locked<Void> = {
+        _ = sb_malloc_set_mmap_threshold(32 * 1024)
+        return Locked(())
+    }()
 
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }

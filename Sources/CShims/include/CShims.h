@@ -71,4 +71,7 @@ int LLVMFuzzerRunDriver(int *argc, char ***argv, int (*callback)(const uint8_t *
 int sb_sqlite3_bind_text_transient(sqlite3_stmt *stmt, int index, const char *text, int length);
 int sb_sqlite3_bind_blob_transient(sqlite3_stmt *stmt, int index, const void *data, int length);
 
+/* Sets malloc's mmap threshold (mallopt M_MMAP_THRESHOLD); returns 1 on success. */
+int sb_malloc_set_mmap_threshold(int bytes);
+
 #endif
