@@ -2,6 +2,7 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardSupport
 import SwitchboardSystem
+import SwitchboardPush
 @testable import SwitchboardServer
 
 /// A `LoopScheduler` whose time moves only when the test says so: timers run, in deadline
@@ -75,4 +76,31 @@ final class MemoryOutput: SessionOutput {
 
     /// The types of the messages sent to `connection` since the last `take`.
     func types(_ connection: ConnectionID) -> [String] { take(connection).compactMap { $0["type"]?.stringValue } }
+}
+
+/// A `PushDispatching` that keeps every push the hub hands it; the test answers each one as
+/// APNs would, when it chooses.
+final class RecordingPush: PushDispatching {
+    struct Job: Sendable {
+        var notification: PushNotification
+        var deadline: ContinuousClock.Instant
+        var stillWanted: @Sendable () -> Bool
+        var answered: @Sendable (PushResult) -> Void
+    }
+
+    private let jobs = Locked<[Job]>([])
+
+    func dispatch(
+        _ notification: PushNotification, appID: String, environment: APNsEnvironment, deadline: ContinuousClock.Instant,
+        stillWanted: @escaping @Sendable () -> Bool, onSubmitted: (@Sendable () -> Void)?,
+        answered: @escaping @Sendable (PushResult) -> Void
+    ) {
+        onSubmitted?()
+        jobs.withLock { $0.append(Job(notification: notification, deadline: deadline, stillWanted: stillWanted, answered: answered)) }
+    }
+
+    func shutdown() {}
+
+    /// The pushes handed over since the last call.
+    func take() -> [Job] { jobs.withLock { jobs in defer { jobs = [] }; return jobs } }
 }

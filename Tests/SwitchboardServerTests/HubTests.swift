@@ -2,6 +2,7 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardSupport
 import SwitchboardSystem
+import SwitchboardPush
 import Testing
 
 @testable import SwitchboardServer
@@ -12,6 +13,7 @@ import Testing
 final class HubHarness {
     let scheduler = ManualScheduler()
     let output = MemoryOutput()
+    let push = RecordingPush()
     let hub: Hub
     let store: Store
     let app = App.make(name: "Chat", bundleID: "com.example.chat")
@@ -26,7 +28,7 @@ final class HubHarness {
         let metrics = Metrics()
         store = try Store(directory: directory, metrics: metrics, logger: Logger(minimumLevel: .error))
         try store.insert(app)
-        hub = Hub(configuration: configuration, store: store, metrics: metrics, logger: Logger(minimumLevel: .error))
+        hub = Hub(configuration: configuration, store: store, metrics: metrics, logger: Logger(minimumLevel: .error), push: push)
         hub.attach(output: output, scheduler: scheduler)
     }
 
@@ -132,5 +134,39 @@ final class HubHarness {
         #expect((try? h.hub.room(app: h.app, name: "standup")) != nil, "open until its timeout")
         h.scheduler.advance(by: .milliseconds(1))
         #expect((try? h.hub.room(app: h.app, name: "standup")) == nil, "closed at its timeout")
+    }
+
+    /// Ringing an iPhone that has no connection: the hub hands APNs one VoIP push for it; the
+    /// caller hears `call.ringing` only once APNs accepted it; a push still retrying after the
+    /// callee answered elsewhere is no longer wanted.
+    @Test func anIPhoneIsRungByOneVoIPPushAndTheCallerHearsRingingWhenAPNsAcceptsIt() throws {
+        let h = try HubHarness()
+        try h.store.register(Device(
+            appID: h.app.id, userID: "bob", deviceID: "b-phone", platform: "ios", voipToken: String(repeating: "ab", count: 32),
+            apnsToken: nil, environment: .sandbox, bundleID: "com.example.chat", callKitEnabled: true, appVersion: nil, updatedAt: 1))
+        let alice = h.connect("alice", device: "a-phone")
+        _ = h.output.take(alice)
+        h.send(alice, MessageType.callCreate, ["callees": ["bob"], "ring_timeout_seconds": 30])
+        let callID = try #require(h.output.take(alice).first { $0["type"] == "ok" }?["data"]?["call_id"]?.stringValue)
+        let jobs = h.push.take()
+        #expect(jobs.count == 1)
+        let job = try #require(jobs.first)
+        #expect(job.notification.type == .voip)
+        #expect(job.notification.apnsTopic == "com.example.chat.voip")
+        #expect(job.notification.expiration == (h.scheduler.wallMillis + 30_000) / 1000, "expires with the ring")
+        #expect(job.deadline == h.scheduler.now + .seconds(30))
+        #expect(job.stillWanted())
+        h.scheduler.runPending()
+        #expect(!h.output.types(alice).contains("call.ringing"), "not before APNs accepted the push")
+        job.answered(PushResult(apnsID: "x", status: 200, failure: nil, attempts: 1, latency: .milliseconds(5)))
+        h.scheduler.runPending()
+        #expect(h.output.types(alice) == ["call.ringing"])
+        // bob answers from a connection: the push is no longer wanted (no retry rings again).
+        let bob = h.connect("bob", device: "b-phone")
+        h.send(bob, MessageType.callAnswer, ["call_id": .string(callID)])
+        #expect(!job.stillWanted())
+        h.store.flush()
+        let trace = try h.store.trace(callID: callID).compactMap { $0["event"]?.stringValue }
+        #expect(trace.contains("push_sent") && trace.contains("apns_accepted"))
     }
 }

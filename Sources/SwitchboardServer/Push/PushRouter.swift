@@ -4,9 +4,20 @@ import SwitchboardSystem
 import SwitchboardSupport
 import SwitchboardPush
 
+/// Sends pushes in the background for the hub: `PushRouter` (APNs) in production, a recorder
+/// in the hub's tests.
+protocol PushDispatching: Sendable {
+    /// Sends `notification` and hands the result to `answered`, on the push's thread.
+    func dispatch(
+        _ notification: PushNotification, appID: String, environment: APNsEnvironment, deadline: ContinuousClock.Instant,
+        stillWanted: @escaping @Sendable () -> Bool, onSubmitted: (@Sendable () -> Void)?,
+        answered: @escaping @Sendable (PushResult) -> Void)
+    func shutdown()
+}
+
 /// Picks the APNs client for each push: one per (app, environment), built from the app's key
 /// in the store and kept for the life of the server.
-final class PushRouter: Sendable {
+final class PushRouter: PushDispatching {
     private let store: Store
     private let metrics: Metrics
     private let logger: Logger
@@ -46,7 +57,7 @@ final class PushRouter: Sendable {
     /// thread: the caller moves it to its own).
     func dispatch(
         _ notification: PushNotification, appID: String, environment: APNsEnvironment, deadline: ContinuousClock.Instant,
-        stillWanted: @escaping @Sendable () -> Bool = { true }, onSubmitted: (@Sendable () -> Void)? = nil,
+        stillWanted: @escaping @Sendable () -> Bool, onSubmitted: (@Sendable () -> Void)?,
         answered: @escaping @Sendable (PushResult) -> Void
     ) {
         jobs.yield { [self] in

@@ -17,7 +17,7 @@ final class Hub: @unchecked Sendable {
     }
 
     let store: Store
-    let push: PushRouter
+    let push: any PushDispatching
     /// Sessions by app and identity (for call events to every device of a user).
     var sessionsByUser: [String: [Session]] = [:]
     var calls: [String: ActiveCall] = [:]
@@ -51,12 +51,13 @@ final class Hub: @unchecked Sendable {
     }()
     private let decoder = JSONDecoder()
 
-    init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger) {
+    /// `push` defaults to APNs through the app's credentials in the store.
+    init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger, push: (any PushDispatching)? = nil) {
         self.configuration = configuration
         self.store = store
         self.metrics = metrics
         self.logger = logger
-        push = PushRouter(
+        self.push = push ?? PushRouter(
             store: store, metrics: metrics, logger: logger.with("component", "push"), baseURL: configuration.apnsURL,
             caFile: configuration.apnsCAFile, requestTimeout: .seconds(configuration.limits.apnsRequestTimeoutSeconds),
             credentialsDirectory: configuration.dataDirectory + "/apns-credentials")
