@@ -209,10 +209,13 @@ final class Hub: @unchecked Sendable {
             reply(.error(id: nil, ErrorBody(.badRequest, "binary messages are not part of the protocol")), to: session)
             return
         }
-        let parsed = JSONText.parseRequest(bytes)
-        if case .signal(let signal)? = parsed {
+        var parsed: JSONValue?
+        switch JSONText.parseRequest(bytes) {
+        case .signal(let signal)?:
             relay(signal, from: session)
             return
+        case .value(let value)?: parsed = value
+        case nil: parsed = nil
         }
         let id: JSONValue, type: String, object: [String: JSONValue]
         switch Self.parseRequest(bytes, parsed: parsed) {
@@ -222,7 +225,7 @@ final class Hub: @unchecked Sendable {
             return
         }
         guard session.rate.take(now: now) else {
-            reply(.error(id: id, ErrorBody(.rateLimited, "more than \(configuration.limits.messagesPerSecond) messages per second")), to: session)
+            reply(.error(id: id, rateLimited), to: session)
             return
         }
         do throws(ErrorBody) {
@@ -234,6 +237,13 @@ final class Hub: @unchecked Sendable {
         }
     }
 
+    static let missingID = ErrorBody(.badRequest, "every request needs an id (a string or an integer)")
+
+    /// The refusal of a message past the session's rate.
+    private var rateLimited: ErrorBody {
+        ErrorBody(.rateLimited, "more than \(configuration.limits.messagesPerSecond) messages per second")
+    }
+
     /// Why a message is not a request, with its id when it had a usable one.
     struct Refusal: Error {
         var id: JSONValue?
@@ -241,24 +251,19 @@ final class Hub: @unchecked Sendable {
     }
 
     /// The envelope of a request: a JSON object with a usable `id` and a string `type`.
+    /// `parsed`: the value already read from `bytes`, if any.
     static func parseRequest(
-        _ bytes: [UInt8], parsed: ParsedRequest?? = nil
+        _ bytes: [UInt8], parsed: JSONValue? = nil
     ) -> Result<(id: JSONValue, type: String, object: [String: JSONValue]), Refusal> {
         // jansson first (fast); JSONDecoder for what jansson cannot hold (integers beyond 64 bits).
-        let fast: JSONValue?
-        switch parsed ?? JSONText.parseRequest(bytes) {
-        case .value(let value)?: fast = value
-        case .signal(let signal)?: fast = JSONText.parse(bytes) ?? .object(["id": signal.id])
-        case nil: fast = nil
-        }
-        guard let value = fast ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
+        guard let value = parsed ?? JSONText.parse(bytes) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
             return .failure(Refusal(error: ErrorBody(.malformedJSON, "the message is not valid JSON")))
         }
         guard case .object(let object) = value else {
             return .failure(Refusal(error: ErrorBody(.badRequest, "a message must be a JSON object")))
         }
         guard let id = object["id"], isUsableID(id) else {
-            return .failure(Refusal(error: ErrorBody(.badRequest, "every request needs an id (a string or an integer)")))
+            return .failure(Refusal(error: missingID))
         }
         guard case .string(let type) = object["type"] else {
             return .failure(Refusal(id: id, error: ErrorBody(.badRequest, "every request needs a string type")))
@@ -376,11 +381,11 @@ final class Hub: @unchecked Sendable {
     /// from the bytes it arrived in. The same checks, replies and errors as any request.
     private func relay(_ request: SignalRequestBytes, from session: Session) {
         guard Self.isUsableID(request.id) else {
-            reply(.error(id: nil, ErrorBody(.badRequest, "every request needs an id (a string or an integer)")), to: session)
+            reply(.error(id: nil, Self.missingID), to: session)
             return
         }
         guard session.rate.take(now: now) else {
-            reply(.error(id: request.id, ErrorBody(.rateLimited, "more than \(configuration.limits.messagesPerSecond) messages per second")), to: session)
+            reply(.error(id: request.id, rateLimited), to: session)
             return
         }
         metrics.signals.increment()
