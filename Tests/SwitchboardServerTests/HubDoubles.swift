@@ -44,10 +44,12 @@ final class ManualScheduler: LoopScheduler, @unchecked Sendable {
         offset = target
     }
 
-    /// Runs the work other threads handed over.
-    func runPending() {
+    /// Runs the work other threads handed over; returns how much there was.
+    @discardableResult
+    func runPending() -> Int {
         let work = pending.withLock { work in defer { work = [] }; return work }
         work.forEach { $0() }
+        return work.count
     }
 }
 

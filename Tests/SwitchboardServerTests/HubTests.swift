@@ -53,6 +53,19 @@ final class HubHarness {
         hub.received(Array(try! JSONEncoder().encode(message)), binary: false, on: connection)
     }
 
+    /// Waits until the store has answered everything the hub asked of it and runs what the
+    /// answers continue with on the hub's thread, until nothing more comes back.
+    func settle(sourceLocation: SourceLocation = #_sourceLocation) {
+        repeat {
+            let done = DispatchSemaphore(value: 0)
+            store.perform({ _ in }) { _ in done.signal() }
+            guard done.wait(timeout: .now() + .seconds(10 * testSlowdown)) == .success else {
+                Issue.record("the store did not answer within 10 s", sourceLocation: sourceLocation)
+                return
+            }
+        } while scheduler.runPending() > 0
+    }
+
     func welcome(_ connection: ConnectionID) -> (peerID: String, resumeToken: String) {
         let message = output.take(connection).first { $0["type"] == "session.welcome" }
         return (message?["data"]?["peer_id"]?.stringValue ?? "", message?["data"]?["resume_token"]?.stringValue ?? "")
@@ -67,6 +80,7 @@ final class HubHarness {
         _ = h.output.take(alice)
         _ = h.output.take(bob)
         h.send(alice, MessageType.callCreate, ["callees": ["bob"], "ring_timeout_seconds": 20])
+        h.settle()
         let sent = h.output.take(alice)
         let reply = sent.first { $0["type"] == "ok" }
         #expect(sent.contains { $0["type"] == "call.ringing" }, "bob's connection was reached")
@@ -147,6 +161,7 @@ final class HubHarness {
         let alice = h.connect("alice", device: "a-phone")
         _ = h.output.take(alice)
         h.send(alice, MessageType.callCreate, ["callees": ["bob"], "ring_timeout_seconds": 30])
+        h.settle()
         let callID = try #require(h.output.take(alice).first { $0["type"] == "ok" }?["data"]?["call_id"]?.stringValue)
         let jobs = h.push.take()
         #expect(jobs.count == 1)
@@ -168,5 +183,36 @@ final class HubHarness {
         h.store.flush()
         let trace = try h.store.trace(callID: callID).compactMap { $0["event"]?.stringValue }
         #expect(trace.contains("push_sent") && trace.contains("apns_accepted"))
+    }
+
+    /// A call read just after it ended reads as ended, its history too, even while the store is
+    /// slow to write the end: the reads answer once the store has it, never from before it.
+    @Test func aCallReadJustAfterItEndedReadsAsEndedEvenWhileTheStoreIsSlow() throws {
+        let h = try HubHarness()
+        let alice = h.connect("alice", device: "a-phone")
+        let bob = h.connect("bob", device: "b-phone")
+        h.send(alice, MessageType.callCreate, ["callees": ["bob"]])
+        h.settle()
+        let callID = try #require(h.output.take(alice).first { $0["type"] == "ok" }?["data"]?["call_id"]?.stringValue)
+        h.send(bob, MessageType.callAnswer, ["call_id": .string(callID)])
+        h.settle()
+        // Another connection holds SQLite's write lock: the store's writes wait for it.
+        let blocker = try SQLiteDatabase(path: h.store.path)
+        try blocker.execute("BEGIN IMMEDIATE")
+        h.send(bob, MessageType.callEnd, ["call_id": .string(callID)])
+        var summary: Result<JSONValue, ErrorBody>?
+        var history: Result<(entries: [JSONValue], more: Bool), any Error>?
+        h.hub.callSummary(id: callID, identity: "alice", app: h.app, admin: false) { summary = $0 }
+        h.hub.callHistory(app: h.app, identity: "alice", limit: 10, before: nil) { history = $0 }
+        h.scheduler.runPending()
+        #expect(summary == nil && history == nil, "no answer while the end waits to be written")
+        try blocker.execute("COMMIT")
+        h.settle()
+        let call = try #require(try summary?.get())
+        #expect(call["state"] == "ended")
+        #expect(call["ended_by"] == "bob")
+        let entries = try #require(try history?.get().entries)
+        #expect(entries.map { $0["call_id"]?.stringValue } == [callID], "once, as ended")
+        #expect(entries.first?["outcome"] == "completed")
     }
 }

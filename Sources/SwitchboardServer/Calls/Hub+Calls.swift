@@ -13,16 +13,19 @@ final class ActiveCall {
     let media: CallMedia
     let callerName: String
     let handle: String
+    /// The app's bundle id: its pushes' topic unless a device names its own.
+    let topic: String
     var ringTimer: TimerID?
     /// Read by the call's push tasks (no retry once it stops ringing); set on the loop.
     let ringing = RingFlag()
 
-    init(state: CallState, request: CallCreateRequest, media: CallMedia, callerName: String, handle: String) {
+    init(state: CallState, request: CallCreateRequest, media: CallMedia, callerName: String, handle: String, topic: String) {
         self.state = state
         self.request = request
         self.media = media
         self.callerName = callerName
         self.handle = handle
+        self.topic = topic
     }
 
     var video: Bool { request.video ?? false }
@@ -61,27 +64,74 @@ final class RingFlag: Sendable {
 extension Hub {
     // MARK: Creating a call
 
-    /// Starts a call from `caller` and rings every device of every callee. Returns the call.
-    func createCall(_ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?) throws(ErrorBody) -> JSONValue {
+    /// What starting a call needs from the store, read in one request off the loop.
+    struct CallPrerequisites: Sendable {
+        /// The call an earlier request with the same idempotency key made, as stored.
+        var earlier: JSONValue?
+        /// The first callee whose block list names the caller.
+        var blockedBy: String?
+        var devices: [String: [Device]]
+    }
+
+    /// Starts a call from `caller` and rings every device of every callee; `answer` hears the
+    /// call (or why not) on the loop, once the store has said who blocks whom and which
+    /// devices each callee has.
+    func createCall(
+        _ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) {
         let setup = CallSetupClock(metrics: metrics)
-        let limits = configuration.limits
-        guard caller.grants.call == true else { throw ErrorBody(.forbidden, "your token has no call grant") }
-        let (callees, timeout) = try Self.checkCallRequest(request, caller: caller.sub, limits: limits)
-        // A call that could not be recorded would be lost from everyone's history.
-        if let problem = store.storageProblem {
-            metrics.increment("switchboard_calls_refused_total", ["reason": "storage"])
-            throw ErrorBody(.unavailable, "storage unavailable (\(problem)): calls cannot be recorded; retry later")
-        }
+        let callees: [String], timeout: Int
+        do throws(ErrorBody) {
+            guard caller.grants.call == true else { throw ErrorBody(.forbidden, "your token has no call grant") }
+            (callees, timeout) = try Self.checkCallRequest(request, caller: caller.sub, limits: configuration.limits)
+            try refuseWithoutStorage()
+        } catch { return answer(.failure(error)) }
 
         // A retried request with the same idempotency key gets the same call.
         let idempotency = request.idempotencyKey.map { Self.userKey(app.id, caller.sub) + "\u{0}" + $0 }
-        if let idempotency, let existing = callIdempotency[idempotency] {
-            if let call = calls[existing] { return describe(call) }
-            if let stored = try? store.callSummary(id: existing, appID: app.id) { return stored.summary }
+        let earlierID = idempotency.flatMap { callIdempotency[$0] }
+        if let earlierID, let call = calls[earlierID] { return answer(.success(describe(call))) }
+        let (appID, callerID) = (app.id, caller.sub)
+        withStore({ store in
+            var needs = CallPrerequisites(devices: [:])
+            if let earlierID { needs.earlier = try store.callSummary(id: earlierID, appID: appID)?.summary }
+            needs.blockedBy = try callees.first { try store.isBlocked(callerID, by: $0, appID: appID) }
+            for callee in callees { needs.devices[callee] = try store.devices(appID: appID, userID: callee) }
+            return needs
+        }) { [weak self] result in
+            guard let self else { return }
+            do throws(ErrorBody) {
+                let needs: CallPrerequisites
+                do { needs = try result.get() } catch {
+                    logger.error("call setup read failed", ["app": appID, "error": "\(error)"])
+                    throw ErrorBody(.internal, "could not read the callees' devices")
+                }
+                answer(.success(try startCall(request, caller: caller, app: app, device: device, callees: callees, timeout: timeout,
+                    idempotency: idempotency, needs: needs, setup: setup)))
+            } catch { answer(.failure(error)) }
         }
+    }
+
+    /// A call that could not be recorded would be lost from everyone's history: none starts
+    /// while the storage refuses writes.
+    private func refuseWithoutStorage() throws(ErrorBody) {
+        guard let problem = store.storageProblem else { return }
+        metrics.increment("switchboard_calls_refused_total", ["reason": "storage"])
+        throw ErrorBody(.unavailable, "storage unavailable (\(problem)): calls cannot be recorded; retry later")
+    }
+
+    /// `createCall` on the loop once the store answered: the checks that need it, then the call.
+    private func startCall(
+        _ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?, callees: [String], timeout: Int,
+        idempotency: String?, needs: CallPrerequisites, setup: CallSetupClock
+    ) throws(ErrorBody) -> JSONValue {
+        let limits = configuration.limits
+        // The same key again (a request that raced this one may have made the call meanwhile).
+        if let idempotency, let existing = callIdempotency[idempotency], let call = calls[existing] { return describe(call) }
+        if let earlier = needs.earlier { return earlier }
 
         // Who may ring whom: block lists, then rate limits. A refused invite sends nothing.
-        for callee in callees where (try? store.isBlocked(caller.sub, by: callee, appID: app.id)) == true {
+        if let callee = needs.blockedBy {
             metrics.increment("switchboard_calls_refused_total", ["reason": "blocked"])
             throw ErrorBody(.forbidden, "\(callee) does not accept calls from you")
         }
@@ -103,13 +153,11 @@ extension Hub {
         for callee in callees { inviteLog[callerKey + "\u{0}" + callee, default: []].append(now) }
 
         // Busy (already in an answered call) and unreachable (no device, no connection).
-        var devices: [String: [Device]] = [:]
         var busy: Set<String> = []
         var unreachable: Set<String> = []
         for callee in callees {
-            devices[callee] = (try? store.devices(appID: app.id, userID: callee)) ?? []
             let connected = !(sessionsByUser[Self.userKey(app.id, callee)] ?? []).isEmpty
-            if !connected && !devices[callee]!.contains(where: { Self.ringable($0) }) { unreachable.insert(callee) }
+            if !connected && !(needs.devices[callee] ?? []).contains(where: { Self.ringable($0) }) { unreachable.insert(callee) }
             if (request.busyPolicy ?? .reject) == .reject && isInCall(callee, appID: app.id) { busy.insert(callee) }
         }
 
@@ -126,7 +174,7 @@ extension Hub {
         let call = ActiveCall(
             state: state, request: request, media: media,
             callerName: String((request.callerName ?? caller.name ?? caller.sub).prefix(256)),
-            handle: String((request.handle ?? caller.sub).prefix(256)))
+            handle: String((request.handle ?? caller.sub).prefix(256)), topic: app.bundleID)
         calls[id] = call
         if let idempotency { callIdempotency[idempotency] = id }
         // The call's room is made at its first join (admitToCallRoom) and closed when it ends.
@@ -144,7 +192,7 @@ extension Hub {
                 self.perform(call, call.state.ringTimedOut(nowMillis: wallMillis))
             }
             for callee in call.state.ringingCallees {
-                ring(callee, call: call, devices: devices[callee] ?? [], setup: setup)
+                ring(callee, call: call, devices: needs.devices[callee] ?? [], setup: setup)
             }
         }
         setup.end()
@@ -290,7 +338,7 @@ extension Hub {
         let state = call.state
         let bytes = (try? JSONEncoder().encode(payload)).map(Array.init) ?? []
         let notification = PushNotification(
-            deviceToken: token, type: type, topic: device.bundleID ?? (try? appBundleID(state.appID)) ?? "", payload: bytes,
+            deviceToken: token, type: type, topic: device.bundleID ?? call.topic, payload: bytes,
             expiration: type == .voip ? state.ringExpiresAtMillis / 1000 : nil, collapseID: type == .alert ? state.id : nil)
         let callID = state.id
         let channel = type == .voip ? "voip_push" : "alert_push"
@@ -330,10 +378,6 @@ extension Hub {
         }
     }
 
-    private func appBundleID(_ appID: String) throws -> String? {
-        try store.allApps().first { $0.id == appID }?.bundleID
-    }
-
     /// A device that comes online gets the calls ringing for its user.
     func offerRingingCalls(to session: Session) {
         for call in calls.values where call.state.appID == session.app.id && call.state.ringingCallees.contains(session.identity) {
@@ -362,15 +406,32 @@ extension Hub {
 
     /// `call.answer`, `call.decline`, `call.cancel`, `call.end`, `call.ack` by `identity` from
     /// `device` (nil: over REST without naming a device).
-    func callAction(_ type: String, _ request: CallActionRequest, identity: String, app: App, device: String?) throws(ErrorBody) -> JSONValue {
+    func callAction(
+        _ type: String, _ request: CallActionRequest, identity: String, app: App, device: String?,
+        answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) {
         guard let call = calls[request.callID], call.state.appID == app.id else {
-            if let stored = try? store.callSummary(id: request.callID, appID: app.id),
-                stored.caller == identity || stored.callees.contains(identity)
-            {
-                throw CallError.ended.body
-            }
-            throw CallError.notFound.body
+            return refuseForCallNotLive(request.callID, identity: identity, app: app, answer: answer)
         }
+        do throws(ErrorBody) { answer(.success(try act(type, request, on: call, identity: identity, device: device))) } catch {
+            answer(.failure(error))
+        }
+    }
+
+    /// The refusal of a request about a call not live here: `call_ended` to a participant once
+    /// the store shows the call (it ended), else `call_not_found`.
+    private func refuseForCallNotLive(_ id: String, identity: String, app: App, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        let appID = app.id
+        withStore({ try $0.callSummary(id: id, appID: appID) }) { result in
+            if case .success(let stored?) = result, stored.caller == identity || stored.callees.contains(identity) {
+                answer(.failure(CallError.ended.body))
+            } else {
+                answer(.failure(CallError.notFound.body))
+            }
+        }
+    }
+
+    private func act(_ type: String, _ request: CallActionRequest, on call: ActiveCall, identity: String, device: String?) throws(ErrorBody) -> JSONValue {
         let nowMillis = wallMillis
         let effects: [CallState.Effect]
         do {
@@ -410,22 +471,19 @@ extension Hub {
 
     /// `call.hold` (`POST /v1/calls/{id}/hold`): a participant of an answered call puts it on
     /// hold or takes it off; the other participants hear `call.held`.
-    func holdCall(_ request: CallHoldRequest, identity: String, app: App, device: String?) throws(ErrorBody) -> JSONValue {
+    func holdCall(_ request: CallHoldRequest, identity: String, app: App, device: String?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
         guard let call = calls[request.callID], call.state.appID == app.id else {
-            if let stored = try? store.callSummary(id: request.callID, appID: app.id), stored.caller == identity || stored.callees.contains(identity) {
-                throw CallError.ended.body
-            }
-            throw CallError.notFound.body
+            return refuseForCallNotLive(request.callID, identity: identity, app: app, answer: answer)
         }
         let effects: [CallState.Effect]
-        do { effects = try call.state.hold(by: identity, onHold: request.onHold) } catch { throw error.body }
+        do { effects = try call.state.hold(by: identity, onHold: request.onHold) } catch { return answer(.failure(error.body)) }
         if !effects.isEmpty {
             store.trace(
                 callID: call.state.id, user: identity, device: device ?? "rest", channel: "device", event: request.onHold ? "held" : "resumed",
                 atMillis: wallMillis)
         }
         perform(call, effects)
-        return describe(call)
+        answer(.success(describe(call)))
     }
 
     /// Carries out a state machine's effects.
@@ -441,13 +499,17 @@ extension Hub {
                 if let timer = call.ringTimer { scheduler?.cancel(timer) }
                 call.ringTimer = nil
             case .missedCallAlert(let identity):
-                for device in (try? store.devices(appID: state.appID, userID: identity)) ?? [] where device.platform == "ios" {
-                    guard let token = device.apnsToken else { continue }
-                    let alert: JSONValue = [
-                        "aps": ["alert": ["title": "Missed call", "body": .string(call.callerName)], "sound": "default"],
-                        "call_id": .string(state.id), "missed": true,
-                    ]
-                    sendPush(.alert, to: device, token: token, callee: identity, call: call, payload: alert)
+                let appID = state.appID
+                withStore({ try $0.devices(appID: appID, userID: identity) }) { [weak self] result in
+                    guard let self else { return }
+                    for device in (try? result.get()) ?? [] where device.platform == "ios" {
+                        guard let token = device.apnsToken else { continue }
+                        let alert: JSONValue = [
+                            "aps": ["alert": ["title": "Missed call", "body": .string(call.callerName)], "sound": "default"],
+                            "call_id": .string(state.id), "missed": true,
+                        ]
+                        sendPush(.alert, to: device, token: token, callee: identity, call: call, payload: alert)
+                    }
                 }
             case .finished:
                 call.ringing.stop()
@@ -484,16 +546,27 @@ extension Hub {
     /// `GET /v1/calls`: a page of `identity`'s calls, newest first, created before `before`:
     /// its live calls (ringing or answered; `state` says which, `outcome` is null) among its
     /// history of ended ones. `more`: an older page may follow.
-    func callHistory(app: App, identity: String, limit: Int, before: Int64?) throws -> (entries: [JSONValue], more: Bool) {
+    func callHistory(
+        app: App, identity: String, limit: Int, before: Int64?, answer: @escaping (Result<(entries: [JSONValue], more: Bool), any Error>) -> Void
+    ) {
         let cutoff = before ?? .max
         let nowMillis = wallMillis
+        // The live calls as they are now; the store read below is queued after every write
+        // made so far, so a call that ended before this request is in it.
         let live = (liveCallsByUser[Self.userKey(app.id, identity)] ?? []).compactMap { calls[$0] }
             .filter { $0.state.createdAtMillis < cutoff }
             .map { call -> (Int64, JSONValue) in (call.state.createdAtMillis, liveHistoryEntry(call, for: identity, nowMillis: nowMillis)) }
-        let stored = try store.history(appID: app.id, userID: identity, limit: limit, before: before)
-            .map { entry -> (Int64, JSONValue) in (entry["created_at"]?.intValue ?? 0, entry) }
-        let merged = (live + stored).sorted { $0.0 > $1.0 }
-        return (merged.prefix(limit).map(\.1), stored.count == limit || merged.count > limit)
+        let appID = app.id
+        withStore({ try $0.history(appID: appID, userID: identity, limit: limit, before: before) }) { result in
+            answer(
+                result.map { stored in
+                    // A call that ended while the read waited is in both: its ended entry wins.
+                    let ended = Set(stored.compactMap { $0["call_id"]?.stringValue })
+                    let merged = (live.filter { !ended.contains($0.1["call_id"]?.stringValue ?? "") }
+                        + stored.map { ($0["created_at"]?.intValue ?? 0, $0) }).sorted { $0.0 > $1.0 }
+                    return (merged.prefix(limit).map(\.1), stored.count == limit || merged.count > limit)
+                })
+        }
     }
 
     /// A live call as `identity`'s history shows it.
@@ -509,15 +582,29 @@ extension Hub {
         ]
     }
 
-    /// `GET /v1/calls/{id}` for a participant.
-    func callSummary(id: String, identity: String, app: App, admin: Bool) throws(ErrorBody) -> JSONValue {
+    /// `GET /v1/calls/{id}` for a participant: a live call as it is now, an ended one as the
+    /// store has it once every write queued before this request is done.
+    func callSummary(id: String, identity: String, app: App, admin: Bool, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
         if let call = calls[id], call.state.appID == app.id {
-            guard admin || call.state.caller == identity || call.state.callees.contains(identity) else { throw CallError.notParticipant.body }
-            return describe(call)
+            guard admin || call.state.caller == identity || call.state.callees.contains(identity) else {
+                return answer(.failure(CallError.notParticipant.body))
+            }
+            return answer(.success(describe(call)))
         }
-        guard let stored = try? store.callSummary(id: id, appID: app.id) else { throw CallError.notFound.body }
-        guard admin || stored.caller == identity || stored.callees.contains(identity) else { throw CallError.notParticipant.body }
-        return stored.summary
+        let appID = app.id
+        withStore({ try $0.callSummary(id: id, appID: appID) }) { [logger] result in
+            switch result {
+            case .success(let stored?):
+                guard admin || stored.caller == identity || stored.callees.contains(identity) else {
+                    return answer(.failure(CallError.notParticipant.body))
+                }
+                answer(.success(stored.summary))
+            case .success(nil):
+                answer(.failure(CallError.notFound.body))
+            case .failure(let error):
+                logger.error("call read failed", ["call": id, "error": "\(error)"])
+                answer(.failure(ErrorBody(.internal, "could not read the call")))
+            }
+        }
     }
 }
-

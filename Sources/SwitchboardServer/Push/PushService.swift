@@ -27,9 +27,13 @@ public final class PushService: Sendable {
         if let failure = result.failure, failure.invalidatesToken {
             var since: Date?
             if case .unregistered(let timestamp) = failure { since = timestamp }
+            let (token, reason, at, store, invalidSince) = (notification.deviceToken, failure.apnsReason, clock(), store, since)
+            // On the store's own thread, not this task's.
+            let written: Result<Bool, any Error> = await withCheckedContinuation { done in
+                store.perform({ try $0.disablePushToken(token, reason: reason, invalidSince: invalidSince, at: at) }) { done.resume(returning: $0) }
+            }
             do {
-                let disabled = try store.disablePushToken(
-                    notification.deviceToken, reason: failure.apnsReason, invalidSince: since, at: clock())
+                let disabled = try written.get()
                 // The environment and bundle id tell a sandbox/production mix-up (BadDeviceToken
                 // for a development build's token sent to production) from a dead token.
                 logger.info(

@@ -89,6 +89,15 @@ final class Hub: @unchecked Sendable {
     /// Wall-clock milliseconds, from the scheduler.
     var wallMillis: Int64 { scheduler?.wallMillis ?? Int64(Date().timeIntervalSince1970 * 1000) }
 
+    /// Runs `body` against the store off the hub's thread, after every write the hub queued
+    /// before (`Store.perform`), and continues with its result on the hub's thread: the hub
+    /// never reads or writes the store itself.
+    func withStore<T: Sendable>(_ body: @escaping @Sendable (Store) throws -> T, then: @escaping (Result<T, any Error>) -> Void) {
+        let then = LoopBound(then)
+        let scheduler = self.scheduler
+        store.perform(body) { result in scheduler?.execute { then.value(result) } }
+    }
+
     /// Sessions attached to a connection or waiting in their grace period.
     var sessionCount: Int { sessions.count }
 
@@ -229,7 +238,14 @@ final class Hub: @unchecked Sendable {
             return
         }
         do throws(ErrorBody) {
-            let result = try handle(type: type, object: object, bytes: bytes, from: session)
+            let result = try handle(type: type, object: object, bytes: bytes, from: session) { [weak self, weak session] result in
+                guard let self, let session else { return }
+                switch result {
+                case .success(let value): reply(.ok(id: id, data: value), to: session)
+                case .failure(let error): reply(.error(id: id, error), to: session)
+                }
+            }
+            guard !result.answeredLater else { return }
             reply(.ok(id: id, data: result.reply), to: session)
             apply(result.effects)
         } catch {
@@ -274,9 +290,26 @@ final class Hub: @unchecked Sendable {
     private struct Outcome {
         var reply: JSONValue?
         var effects: [RoomDirectory.Effect] = []
+        /// The handler answers through `answer`, now or once the store has answered.
+        var answeredLater = false
+
+        init(reply: JSONValue? = nil, effects: [RoomDirectory.Effect] = []) {
+            self.reply = reply
+            self.effects = effects
+        }
+
+        static var later: Outcome {
+            var outcome = Outcome()
+            outcome.answeredLater = true
+            return outcome
+        }
     }
 
-    private func handle(type: String, object: [String: JSONValue], bytes: [UInt8], from session: Session) throws(ErrorBody) -> Outcome {
+    /// `answer`: how a handler that waits for the store replies (exactly once, on the loop).
+    private func handle(
+        type: String, object: [String: JSONValue], bytes: [UInt8], from session: Session,
+        answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) throws(ErrorBody) -> Outcome {
         switch type {
         case MessageType.ping:
             return Outcome(reply: ["server_time": .int(wallMillis)])
@@ -364,13 +397,16 @@ final class Hub: @unchecked Sendable {
 
         case MessageType.callCreate:
             let request: CallCreateRequest = try decodeData(bytes)
-            return Outcome(reply: try createCall(request, caller: session.claims, app: session.app, device: session.deviceKey))
+            createCall(request, caller: session.claims, app: session.app, device: session.deviceKey, answer: answer)
+            return .later
         case MessageType.callAnswer, MessageType.callDecline, MessageType.callCancel, MessageType.callEnd, MessageType.callAck:
             let request: CallActionRequest = try decodeData(bytes)
-            return Outcome(reply: try callAction(type, request, identity: session.identity, app: session.app, device: session.deviceKey))
+            callAction(type, request, identity: session.identity, app: session.app, device: session.deviceKey, answer: answer)
+            return .later
         case MessageType.callHold:
             let request: CallHoldRequest = try decodeData(bytes)
-            return Outcome(reply: try holdCall(request, identity: session.identity, app: session.app, device: session.deviceKey))
+            holdCall(request, identity: session.identity, app: session.app, device: session.deviceKey, answer: answer)
+            return .later
 
         default:
             throw ErrorBody(.unknownType, "unknown message type '\(type.prefix(64))'")

@@ -29,3 +29,12 @@ extension EventLoop: LoopScheduler {
     package var now: ContinuousClock.Instant { .now }
     package var wallMillis: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 }
+
+/// A value that crosses to another thread only to come back to the hub's thread, where it is
+/// used (a continuation of the hub's work).
+///
+/// Safety of `@unchecked Sendable`: `value` is touched on the hub's thread only.
+struct LoopBound<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}

@@ -132,6 +132,8 @@ public final class Store: Sendable {
     private let writer: Locked<SQLiteDatabase?>
     private let reader: Locked<SQLiteDatabase?>
     private let queue = DispatchQueue(label: "switchboard.store.writer")
+    /// Where `perform` runs the server's requests: never its event loop.
+    private let requests = DispatchQueue(label: "switchboard.store.requests")
     private let apps = Locked<[String: App]>([:])
     private let metrics: Metrics?
     private let logger: Logger
@@ -355,6 +357,19 @@ public final class Store: Sendable {
     /// Waits until every queued write is done (tests, shutdown).
     public func flush() {
         queue.sync {}
+    }
+
+    /// Runs `body` on the store's request thread, in order with every other request, once the
+    /// writes queued before it are done (so it reads what the caller wrote: a call's end, a
+    /// device's registration), and hands its result to `completion` on that thread. The server
+    /// reaches the store only through this from its event loop (`Hub.withStore`).
+    public func perform<T: Sendable>(
+        _ body: @escaping @Sendable (Store) throws -> T, completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        requests.async { [self] in
+            queue.sync {}
+            completion(Result { try body(self) })
+        }
     }
 
     /// Runs `body` with the write connection on the writer queue and waits for it.

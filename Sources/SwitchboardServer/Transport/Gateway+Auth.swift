@@ -67,4 +67,12 @@ extension Gateway {
         logger.error("store write failed", ["what": what, "error": "\(error)"])
         return failure(ErrorBody(.internal, "could not save \(what)"))
     }
+
+    /// Answers once `body` has run against the store, off the loop and after every write queued
+    /// before it (`Hub.withStore`); `respond` turns its result into the response, on the loop.
+    func fromStore<T: Sendable>(
+        _ body: @escaping @Sendable (Store) throws -> T, _ respond: @escaping (Result<T, any Error>) -> HTTPResponse
+    ) -> RESTAnswer {
+        .later { [hub] reply in hub.withStore(body) { reply(respond($0)) } }
+    }
 }

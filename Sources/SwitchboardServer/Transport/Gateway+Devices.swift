@@ -28,45 +28,62 @@ extension Gateway {
         return (body, environment)
     }
 
-    func routeDevices(_ request: HTTPRequest) -> (String, HTTPResponse) {
+    func routeDevices(_ request: HTTPRequest) -> (String, RESTAnswer) {
         let parts = request.path.split(separator: "/").map(String.init)
-        guard case .success(let (claims, app)) = user(request) else {
-            if case .failure(let error) = user(request) { return ("/v1/devices", failure(error)) }
-            return ("/v1/devices", failure(ErrorBody(.unauthorized, "no credentials")))
+        let (claims, app): (AccessTokenClaims, App)
+        switch user(request) {
+        case .failure(let error): return ("/v1/devices", .now(failure(error)))
+        case .success(let found): (claims, app) = found
         }
+        let (appID, userID) = (app.id, claims.sub)
         switch (request.method, parts.count) {
         case (.get, 2):
-            let devices = (try? hub.store.devices(appID: app.id, userID: claims.sub)) ?? []
-            return ("/v1/devices", encoded(200, ["devices": JSONValue.array(devices.map(\.redacted))]))
+            return ("/v1/devices", fromStore({ try $0.devices(appID: appID, userID: userID) }) { [self] result in
+                switch result {
+                case .success(let devices): return encoded(200, ["devices": JSONValue.array(devices.map(\.redacted))])
+                case .failure(let error):
+                    logger.error("device read failed", ["app": appID, "error": "\(error)"])
+                    return failure(ErrorBody(.internal, "could not read the devices"))
+                }
+            })
         case (.put, 3):
             let deviceID = parts[2]
-            guard deviceID.utf8.count <= 128, !deviceID.isEmpty else { return ("/v1/devices/{id}", failure(ErrorBody(.badRequest, "device id is 1-128 bytes"))) }
+            guard deviceID.utf8.count <= 128, !deviceID.isEmpty else {
+                return ("/v1/devices/{id}", .now(failure(ErrorBody(.badRequest, "device id is 1-128 bytes"))))
+            }
             let body: DeviceRegistration, environment: APNsEnvironment
             do throws(ErrorBody) {
                 (body, environment) = try Self.checkDeviceRegistration(request.body, decoder: decoder)
             } catch {
-                return ("/v1/devices/{id}", failure(error))
+                return ("/v1/devices/{id}", .now(failure(error)))
             }
             let device = Device(
                 appID: app.id, userID: claims.sub, deviceID: deviceID, platform: body.platform, voipToken: body.voipToken?.lowercased(),
                 apnsToken: body.apnsToken?.lowercased(), environment: environment, bundleID: body.bundleID ?? app.bundleID,
                 callKitEnabled: body.callKitEnabled ?? (body.platform == "ios"), appVersion: body.appVersion,
                 updatedAt: Int64(Date().timeIntervalSince1970 * 1000))
-            do { try hub.store.register(device, limit: configuration.limits.maxDevicesPerUser) } catch let full as DeviceLimitReached {
-                return ("/v1/devices/{id}", failure(ErrorBody(.conflict, "a user may register at most \(full.limit) devices; remove one first")))
-            } catch {
-                return ("/v1/devices/{id}", storeFailure(error, saving: "the device"))
-            }
-            logger.info("device registered", ["app": app.id, "identity": claims.sub, "device": deviceID, "platform": body.platform])
-            return ("/v1/devices/{id}", encoded(200, device.redacted))
+            let limit = configuration.limits.maxDevicesPerUser
+            return ("/v1/devices/{id}", fromStore({ try $0.register(device, limit: limit) }) { [self] result in
+                switch result {
+                case .success:
+                    logger.info("device registered", ["app": appID, "identity": userID, "device": deviceID, "platform": device.platform])
+                    return encoded(200, device.redacted)
+                case .failure(let full as DeviceLimitReached):
+                    return failure(ErrorBody(.conflict, "a user may register at most \(full.limit) devices; remove one first"))
+                case .failure(let error):
+                    return storeFailure(error, saving: "the device")
+                }
+            })
         case (.delete, 3):
-            let removed: Bool
-            do { removed = try hub.store.removeDevice(appID: app.id, userID: claims.sub, deviceID: parts[2]) } catch {
-                return ("/v1/devices/{id}", storeFailure(error, saving: "the removal"))
-            }
-            return ("/v1/devices/{id}", removed ? HTTPResponse(status: 204) : failure(ErrorBody(.notFound, "no such device")))
+            let deviceID = parts[2]
+            return ("/v1/devices/{id}", fromStore({ try $0.removeDevice(appID: appID, userID: userID, deviceID: deviceID) }) { [self] result in
+                switch result {
+                case .success(let removed): return removed ? HTTPResponse(status: 204) : failure(ErrorBody(.notFound, "no such device"))
+                case .failure(let error): return storeFailure(error, saving: "the removal")
+                }
+            })
         default:
-            return ("/v1/devices", methodNotAllowed(allowed: parts.count == 2 ? "GET" : "PUT, DELETE"))
+            return ("/v1/devices", .now(methodNotAllowed(allowed: parts.count == 2 ? "GET" : "PUT, DELETE")))
         }
     }
 }

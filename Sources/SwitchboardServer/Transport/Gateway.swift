@@ -60,40 +60,61 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
 
     func handle(_ request: HTTPRequest, on connection: ConnectionID) {
         let started = DispatchTime.now().uptimeNanoseconds
-        var (route, response): (String, HTTPResponse)
-        if CrossOriginPolicy.isPreflight(request) {
+        let route: String, answer: RESTAnswer
+        let preflight = CrossOriginPolicy.isPreflight(request)
+        if preflight {
             route = "preflight"
             if let headers = crossOrigin.preflight(request) {
-                response = HTTPResponse(status: 204, headers: headers)
+                answer = .now(HTTPResponse(status: 204, headers: headers))
             } else {
-                response = failure(ErrorBody(.forbidden, "this origin, method or header is not allowed (cors_origins)"))
+                answer = .now(failure(ErrorBody(.forbidden, "this origin, method or header is not allowed (cors_origins)")))
             }
         } else {
-            (route, response) = self.route(request)
-            response.headers += crossOrigin.responseHeaders(origin: request.headers["origin"])
+            (route, answer) = self.route(request)
         }
-        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
-        metrics.observe("switchboard_http_request_duration_seconds", ["route": route], seconds: seconds)
-        metrics.increment(
-            "switchboard_http_requests_total",
-            ["method": request.method.rawValue, "route": route, "status": String(response.status)])
-        server?.respond(to: connection, with: response)
+        let origin = request.headers["origin"]
+        answer.whenReady { [weak self] response in
+            guard let self else { return }
+            var response = response
+            if !preflight { response.headers += crossOrigin.responseHeaders(origin: origin) }
+            let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
+            metrics.observe("switchboard_http_request_duration_seconds", ["route": route], seconds: seconds)
+            metrics.increment(
+                "switchboard_http_requests_total",
+                ["method": request.method.rawValue, "route": route, "status": String(response.status)])
+            server?.respond(to: connection, with: response)
+        }
     }
 
     /// Routes through `restRoutes` first (404, 405 and the metrics label come from it), then to
     /// the route's handler.
-    private func route(_ request: HTTPRequest) -> (String, HTTPResponse) {
+    private func route(_ request: HTTPRequest) -> (String, RESTAnswer) {
         guard let known = Self.restRoute(for: request.path), known.template != "/v1/dev/tokens" || configuration.devTokens else {
             if request.path.hasPrefix("/v1/") && !["/v1/ws", "/v1/echo", "/v1/openapi.json"].contains(request.path) {
-                return ("/v1/*", failure(ErrorBody(.notFound, "no such endpoint: \(request.path)")))
+                return ("/v1/*", .now(failure(ErrorBody(.notFound, "no such endpoint: \(request.path)"))))
             }
             return dispatch(request)
         }
-        guard known.methods.contains(request.method) else { return (known.template, methodNotAllowed(allowed: known.allow)) }
+        guard known.methods.contains(request.method) else { return (known.template, .now(methodNotAllowed(allowed: known.allow))) }
         return (known.template, dispatch(request).1)
     }
 
-    private func dispatch(_ request: HTTPRequest) -> (String, HTTPResponse) {
+    private func dispatch(_ request: HTTPRequest) -> (String, RESTAnswer) {
+        switch (request.method, request.path) {
+        case (_, let path) where path == "/v1/devices" || path.hasPrefix("/v1/devices/"):
+            return routeDevices(request)
+        case (_, "/v1/users/me/blocked"):
+            return routeBlocked(request)
+        case (_, let path) where path == "/v1/calls" || path.hasPrefix("/v1/calls/"):
+            return routeCalls(request)
+        default:
+            let (route, response) = answerNow(request)
+            return (route, .now(response))
+        }
+    }
+
+    /// The routes that never wait for the store.
+    private func answerNow(_ request: HTTPRequest) -> (String, HTTPResponse) {
         switch (request.method, request.path) {
         case (.get, "/healthz"), (.head, "/healthz"):
             return ("/healthz", json(200, ["status": "ok"]))
@@ -124,12 +145,6 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             return ("/v1/turn", methodNotAllowed(allowed: "GET"))
         case (_, let path) where path == "/v1/rooms" || path.hasPrefix("/v1/rooms/"):
             return routeRooms(request)
-        case (_, let path) where path == "/v1/devices" || path.hasPrefix("/v1/devices/"):
-            return routeDevices(request)
-        case (_, "/v1/users/me/blocked"):
-            return routeBlocked(request)
-        case (_, let path) where path == "/v1/calls" || path.hasPrefix("/v1/calls/"):
-            return routeCalls(request)
         case (.get, "/v1/openapi.json"), (.head, "/v1/openapi.json"):
             // The REST API's description, also at /openapi.json with the web client.
             if let file = staticFiles.resolve("/openapi.json") {
@@ -318,6 +333,20 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     }
 
     // MARK: Responses
+
+    /// A REST handler's answer: ready now, or given once the store has answered (`later`
+    /// hands its argument the response exactly once, on the loop).
+    enum RESTAnswer {
+        case now(HTTPResponse)
+        case later((@escaping (HTTPResponse) -> Void) -> Void)
+
+        func whenReady(_ body: @escaping (HTTPResponse) -> Void) {
+            switch self {
+            case .now(let response): body(response)
+            case .later(let start): start(body)
+            }
+        }
+    }
 
     func json(_ status: Int, _ object: [String: String]) -> HTTPResponse {
         encoded(status, object)
