@@ -48,14 +48,49 @@ package struct CallState: Equatable {
     /// connection without one.
     package typealias DeviceKey = String
 
-    /// What the owner of the call must do.
+    /// A callee's device that can ring without a connection (an iPhone with a push token), as
+    /// the call sees it: which pushes it can take. The call decides which it gets.
+    package struct PhoneDevice: Equatable, Sendable {
+        package let id: DeviceKey
+        /// CallKit is on and it has a VoIP token.
+        package let voip: Bool
+        /// It has a regular APNs token.
+        package let alert: Bool
+
+        package init(id: DeviceKey, voip: Bool, alert: Bool) {
+            self.id = id
+            self.voip = voip
+            self.alert = alert
+        }
+    }
+
+    /// The pushes a call sends.
+    package enum Push: Equatable, Sendable {
+        /// The invite through PushKit: CallKit shows it (it must be reported to CallKit at once).
+        case voipInvite
+        /// The invite as a visible alert, on a device without CallKit (mainland China, or off).
+        case alertInvite
+        /// A missed-call notice: always an alert, never VoIP (a VoIP push must ring).
+        case missedCall
+    }
+
+    /// What the owner of the call must do, in order.
     package enum Effect: Equatable {
         /// Send `event` to every device of `identity` (except one).
         case notify(identity: String, event: CallEvent, except: DeviceKey?)
+        /// Deliver the invite to every connection of `callee`; the owner tells the call which
+        /// devices it reached (`rang`) and that the callee was reached (`reached`).
+        case ringConnections(callee: String)
+        /// Send `push` to `device` of `callee`.
+        case push(Push, callee: String, device: DeviceKey)
+        /// Call `ringTimedOut` after this long, unless `cancelRingTimer` comes first.
+        case armRingTimer(after: Duration)
         case cancelRingTimer
-        /// A missed-call notice as an alert push to the callee's regular token (never VoIP).
-        case missedCallAlert(identity: String)
-        /// The call ended: write history, release the room.
+        /// Write the call's record as it now stands (last in a transition that changed it).
+        case save
+        /// The call ended: write each participant's history entry.
+        case recordHistory
+        /// The call ended: release its room and forget it.
         case finished
     }
 
@@ -75,6 +110,9 @@ package struct CallState: Equatable {
     /// that filtered it: a callee whose every device filtered it is unavailable.
     package private(set) var rungDevices: [String: Set<DeviceKey>] = [:]
     package private(set) var filteredDevices: [String: Set<DeviceKey>] = [:]
+    /// Each callee's phones known when the call started: the invite's and the missed-call
+    /// notice's pushes go to them.
+    package let phones: [String: [PhoneDevice]]
     /// The participants who put the call on hold.
     package private(set) var onHold: Set<String> = []
     package private(set) var callerToldRinging = false
@@ -88,9 +126,12 @@ package struct CallState: Equatable {
     package private(set) var endedBy: String?
     package private(set) var endReason: String?
 
+    /// A call from `caller` to `callees`. A callee in `busy` is busy; one with neither a
+    /// connection (`connected`) nor a phone that takes a push (`phones`) is unreachable; the
+    /// others ring.
     package init(
         id: String, appID: String, caller: String, callerDevice: DeviceKey?, callees: [String], busy: Set<String>,
-        unreachable: Set<String>, now: ContinuousClock.Instant, nowMillis: Int64, ringTimeout: Duration
+        connected: Set<String>, phones: [String: [PhoneDevice]], now: ContinuousClock.Instant, nowMillis: Int64, ringTimeout: Duration
     ) {
         self.id = id
         self.appID = appID
@@ -101,9 +142,11 @@ package struct CallState: Equatable {
         ringExpiresAt = now + ringTimeout
         createdAtMillis = nowMillis
         ringExpiresAtMillis = nowMillis + Int64(ringTimeout.components.seconds * 1000)
+        self.phones = phones.mapValues { $0.filter { $0.voip || $0.alert } }
         var status: [String: CalleeStatus] = [:]
         for callee in callees {
-            status[callee] = busy.contains(callee) ? .busy : unreachable.contains(callee) ? .unreachable : .ringing
+            let reachable = connected.contains(callee) || !(self.phones[callee] ?? []).isEmpty
+            status[callee] = busy.contains(callee) ? .busy : reachable ? .ringing : .unreachable
         }
         self.status = status
     }
@@ -116,15 +159,31 @@ package struct CallState: Equatable {
     /// The callees still ringing.
     package var ringingCallees: [String] { callees.filter { status[$0] == .ringing } }
 
-    /// Right after creation: ends a call nobody can take (everyone busy or unreachable).
+    /// Right after creation: saves the call, then rings every callee who can ring (its
+    /// connections, and each phone by the push it takes: VoIP where CallKit is on, else an
+    /// alert) under the ring timer; tells the caller who is busy. A call nobody can take
+    /// (everyone busy or unreachable) ends at once.
     package mutating func start(nowMillis: Int64) -> [Effect] {
-        var effects: [Effect] = []
+        var effects: [Effect] = [.save]
+        if !ringingCallees.isEmpty { effects.append(.armRingTimer(after: ringExpiresAt - createdAt)) }
+        for callee in ringingCallees {
+            effects.append(.ringConnections(callee: callee))
+            for phone in phones[callee] ?? [] {
+                effects.append(.push(phone.voip ? .voipInvite : .alertInvite, callee: callee, device: phone.id))
+                rungDevices[callee, default: []].insert(phone.id)
+            }
+        }
         for callee in callees where status[callee] == .busy {
             effects.append(.notify(identity: caller, event: .busy(callID: id, callee: callee), except: nil))
         }
         guard ringingCallees.isEmpty else { return effects }
         let allBusy = callees.allSatisfy { status[$0] == .busy }
         return effects + finish(allBusy ? .busy : .failed, by: nil, reason: allBusy ? "busy" : "unreachable", nowMillis: nowMillis)
+    }
+
+    /// The missed-call notices of `callee`: one alert to each of its phones that takes one.
+    private func missedCallNotices(_ callee: String) -> [Effect] {
+        (phones[callee] ?? []).filter(\.alert).map { .push(.missedCall, callee: callee, device: $0.id) }
     }
 
     /// A callee's device was reached (WebSocket delivery, APNs accepted the push, or the device
@@ -158,7 +217,7 @@ package struct CallState: Equatable {
         }
         effects.append(.notify(identity: callee, event: .answeredElsewhere(callID: id, device: device), except: device))
         if ringingCallees.isEmpty { effects.append(.cancelRingTimer) }
-        return effects
+        return effects + [.save]
     }
 
     /// A decline ends a 1:1 call; in a group it stops only that callee's ringing.
@@ -171,7 +230,7 @@ package struct CallState: Equatable {
             .notify(identity: callee, event: .declinedElsewhere(callID: id, device: device), except: device),
             .notify(identity: caller, event: .declined(callID: id, by: callee), except: nil),
         ]
-        return effects + afterCalleeStopped(nowMillis: nowMillis, ifNoneRinging: .declined, by: callee, reason: "declined")
+        return effects + afterCalleeStopped(nowMillis: nowMillis, ifNoneRinging: .declined, by: callee, reason: "declined") + [.save]
     }
 
     /// The call went to `devices` of `callee` (its connections, its phones by push).
@@ -191,7 +250,7 @@ package struct CallState: Equatable {
         guard let rung = rungDevices[callee], rung.isSubset(of: filteredDevices[callee] ?? []) else { return [] }
         status[callee] = .unavailable
         let effects: [Effect] = [.notify(identity: caller, event: .unavailable(callID: id, callee: callee), except: nil)]
-        return effects + afterCalleeStopped(nowMillis: nowMillis, ifNoneRinging: .missed, by: nil, reason: "unavailable")
+        return effects + afterCalleeStopped(nowMillis: nowMillis, ifNoneRinging: .missed, by: nil, reason: "unavailable") + [.save]
     }
 
     /// A callee stopped ringing: a call nobody answered ends once nobody rings (declined if
@@ -212,9 +271,8 @@ package struct CallState: Equatable {
         guard held != onHold.contains(identity) else { return [] }
         if held { onHold.insert(identity) } else { onHold.remove(identity) }
         let event = CallEvent.held(callID: id, by: identity, onHold: held)
-        return ([caller] + callees).filter { $0 != identity && ($0 == caller || status[$0] == .accepted) }.map {
-            .notify(identity: $0, event: event, except: nil)
-        }
+        let others = ([caller] + callees).filter { $0 != identity && ($0 == caller || status[$0] == .accepted) }
+        return others.map { .notify(identity: $0, event: event, except: nil) } + [.save]
     }
 
     /// The caller hangs up while it rings: every ringing callee is told, and gets a missed-call notice.
@@ -226,25 +284,27 @@ package struct CallState: Equatable {
         for callee in ringingCallees {
             status[callee] = .missed
             effects.append(.notify(identity: callee, event: .cancelled(callID: id), except: nil))
-            effects.append(.missedCallAlert(identity: callee))
+            effects += missedCallNotices(callee)
         }
-        return effects + finish(.cancelled, by: identity, reason: "cancelled", nowMillis: nowMillis)
+        return effects + finish(.cancelled, by: identity, reason: "cancelled", nowMillis: nowMillis) + [.save]
     }
 
     /// The ring timeout: every callee still ringing missed it. A call nobody answered ends.
     package mutating func ringTimedOut(nowMillis: Int64) -> [Effect] {
-        guard !isEnded else { return [] }
+        guard !isEnded, !ringingCallees.isEmpty || phase == .ringing else { return [] }
         var effects: [Effect] = []
         for callee in ringingCallees {
             status[callee] = .missed
             effects.append(.notify(identity: callee, event: .missed(callID: id, reason: "timeout"), except: nil))
-            effects.append(.missedCallAlert(identity: callee))
+            effects += missedCallNotices(callee)
         }
         if phase == .ringing {
             let anyDeclined = callees.contains { status[$0] == .declined }
             effects += finish(anyDeclined ? .declined : .missed, by: nil, reason: "timeout", nowMillis: nowMillis)
+        } else {
+            effects.append(.cancelRingTimer)  // the timer that fired is spent
         }
-        return effects
+        return effects + [.save]
     }
 
     /// A participant ends the call. While it rings, the caller's end is a cancel and a
@@ -264,9 +324,9 @@ package struct CallState: Equatable {
         for callee in ringingCallees {
             status[callee] = .missed
             effects.append(.notify(identity: callee, event: .missed(callID: id, reason: "ended"), except: nil))
-            effects.append(.missedCallAlert(identity: callee))
+            effects += missedCallNotices(callee)
         }
-        return effects + finish(.completed, by: identity, reason: reason ?? "hangup", nowMillis: nowMillis)
+        return effects + finish(.completed, by: identity, reason: reason ?? "hangup", nowMillis: nowMillis) + [.save]
     }
 
     /// Whether `device` of `identity` may be in the call's room: the caller's calling device,
@@ -288,7 +348,7 @@ package struct CallState: Equatable {
     package mutating func fail(reason: String, nowMillis: Int64) -> [Effect] {
         guard !isEnded else { return [] }
         for callee in ringingCallees { status[callee] = .missed }
-        return finish(.failed, by: nil, reason: reason, nowMillis: nowMillis)
+        return finish(.failed, by: nil, reason: reason, nowMillis: nowMillis) + [.save]
     }
 
     private mutating func finish(_ outcome: CallOutcome, by: String?, reason: String, nowMillis: Int64) -> [Effect] {
@@ -302,8 +362,7 @@ package struct CallState: Equatable {
         for identity in [caller] + callees {
             effects.append(.notify(identity: identity, event: ended, except: nil))
         }
-        effects.append(.finished)
-        return effects
+        return effects + [.recordHistory, .finished]
     }
 
     /// The other participants, as `identity`'s history lists them.

@@ -7,10 +7,40 @@ import SwitchboardCore
 @Suite(.timeLimit(.minutes(3))) struct CallStateTests {
     let t0 = ContinuousClock.now
 
-    func call(_ callees: [String] = ["bob"], busy: Set<String> = [], unreachable: Set<String> = []) -> CallState {
+    /// A call from alice's a-phone; every callee is connected unless `unreachable` says not.
+    func call(
+        _ callees: [String] = ["bob"], busy: Set<String> = [], unreachable: Set<String> = [],
+        phones: [String: [CallState.PhoneDevice]] = [:]
+    ) -> CallState {
         CallState(
             id: "c1", appID: "app", caller: "alice", callerDevice: "a-phone", callees: callees, busy: busy,
-            unreachable: unreachable, now: t0, nowMillis: 1000, ringTimeout: .seconds(45))
+            connected: Set(callees).subtracting(unreachable), phones: phones, now: t0, nowMillis: 1000, ringTimeout: .seconds(45))
+    }
+
+    /// What every transition must keep, whatever the call: the record is saved exactly when the
+    /// call's summary changed, last; an end writes history and forgets the call once and stops
+    /// the ring timer; a call whose last ringing callee stopped stops the ring timer; effects
+    /// name participants only; a missed-call notice goes only to a callee who just missed it.
+    func checkInvariants(before: CallState, after: CallState, _ effects: [CallState.Effect], _ what: String) {
+        let saves = effects.filter { $0 == .save }.count
+        #expect(saves == (before.summary != after.summary ? 1 : 0), "saved when changed: \(what)")
+        if saves == 1 { #expect(effects.last == .save, "the save comes last: \(what)") }
+        let ended = !before.isEnded && after.isEnded
+        #expect(effects.filter { $0 == .recordHistory }.count == (ended ? 1 : 0), "history once, at the end: \(what)")
+        #expect(effects.filter { $0 == .finished }.count == (ended ? 1 : 0), "finished once, at the end: \(what)")
+        if ended || (!before.ringingCallees.isEmpty && after.ringingCallees.isEmpty) {
+            #expect(effects.contains(.cancelRingTimer), "the ring timer stops with the last ring: \(what)")
+        }
+        let participants = Set([after.caller] + after.callees)
+        for effect in effects {
+            switch effect {
+            case .notify(let identity, _, _): #expect(participants.contains(identity), "\(what)")
+            case .push(.missedCall, let callee, _):
+                #expect(before.status[callee] == .ringing && after.status[callee] == .missed, "a notice only for a missed ring: \(what)")
+            case .push(_, let callee, _), .ringConnections(let callee): #expect(after.callees.contains(callee), "\(what)")
+            default: break
+            }
+        }
     }
 
     /// The event types sent to `identity`, in order.
@@ -66,15 +96,86 @@ import SwitchboardCore
     @Test(arguments: scenarios.indices)
     func scenario(index: Int) throws {
         let (_, callees, steps, outcome, callerHistory, calleeHistory) = Self.scenarios[index]
-        var state = call(callees)
+        var state = call(callees, phones: Dictionary(uniqueKeysWithValues: callees.map { ($0, [Self.iPhone($0)]) }))
         _ = state.start(nowMillis: 1000)
         var effects: [CallState.Effect] = []
-        for step in steps { effects += try run(&state, step) }
+        for step in steps {
+            let before = state
+            let stepEffects = try run(&state, step)
+            checkInvariants(before: before, after: state, stepEffects, "\(Self.scenarios[index].0): \(step)")
+            effects += stepEffects
+        }
         #expect(state.outcome == outcome)
         #expect(state.historyOutcome(for: "alice") == callerHistory)
         for (callee, expected) in calleeHistory { #expect(state.historyOutcome(for: callee) == expected, "\(callee)") }
         #expect(effects.filter { $0 == .finished }.count == 1, "finished exactly once")
         #expect(types(effects, to: "alice").last == "call.ended")
+    }
+
+    /// The callee's iPhone (`b-phone` for bob, as the scenarios name devices), with CallKit and
+    /// both tokens.
+    static func iPhone(_ callee: String) -> CallState.PhoneDevice {
+        CallState.PhoneDevice(id: callee.prefix(1) + "-phone", voip: true, alert: true)
+    }
+
+    /// Who is rung and how, decided by the call at its start: every connection of a callee
+    /// who can ring, each phone by VoIP where CallKit is on and by an alert where it is not,
+    /// none for a busy or unreachable callee; the record saved first, the ring timer armed once.
+    @Test func theStartRingsEachCalleeTheWayItsDevicesTake() {
+        let phones: [String: [CallState.PhoneDevice]] = [
+            "bob": [CallState.PhoneDevice(id: "b-phone", voip: true, alert: true)],
+            "carol": [CallState.PhoneDevice(id: "c-phone", voip: false, alert: true), CallState.PhoneDevice(id: "c-old", voip: false, alert: false)],
+            "erin": [CallState.PhoneDevice(id: "e-phone", voip: true, alert: true)],
+        ]
+        var state = CallState(
+            id: "c1", appID: "app", caller: "alice", callerDevice: "a-phone", callees: ["bob", "carol", "dave", "erin"], busy: ["erin"],
+            connected: ["bob"], phones: phones, now: t0, nowMillis: 1000, ringTimeout: .seconds(30))
+        let effects = state.start(nowMillis: 1000)
+        #expect(effects == [
+            .save, .armRingTimer(after: .seconds(30)),
+            .ringConnections(callee: "bob"), .push(.voipInvite, callee: "bob", device: "b-phone"),
+            .ringConnections(callee: "carol"), .push(.alertInvite, callee: "carol", device: "c-phone"),
+            .notify(identity: "alice", event: .busy(callID: "c1", callee: "erin"), except: nil),
+        ])
+        #expect(state.status["dave"] == .unreachable, "no connection and no phone that takes a push")
+        #expect(state.status["carol"] == .ringing, "a phone without CallKit still rings, by an alert")
+        // The pushed phones count as rung: carol is unavailable once her phone filtered the call.
+        let out = try? state.deviceOut("carol", device: "c-phone", nowMillis: 2000)
+        #expect(out?.contains(.notify(identity: "alice", event: .unavailable(callID: "c1", callee: "carol"), except: nil)) == true)
+        // At the ring timeout, a missed-call notice to each phone that takes an alert, never by VoIP.
+        let timedOut = state.ringTimedOut(nowMillis: 31_000)
+        #expect(timedOut.filter { if case .push = $0 { true } else { false } } == [.push(.missedCall, callee: "bob", device: "b-phone")])
+        #expect(state.ringTimedOut(nowMillis: 31_001).isEmpty, "a second timeout changes nothing")
+    }
+
+    /// Every refusal, in the state it arises in (the outside reviews' cases among them): the
+    /// error, and a call left exactly as it was.
+    static let refusals: [(String, [String], [Step], Step, CallError)] = [
+        ("a second device answers after the first", ["bob"], [.answer("bob", "b-phone")], .answer("bob", "b-ipad"), .alreadyAnswered),
+        ("an answer after the caller cancelled", ["bob"], [.cancel("alice")], .answer("bob", "b-phone"), .ended),
+        ("an answer after the ring timeout", ["bob"], [.timeout], .answer("bob", "b-phone"), .ended),
+        ("an answer after declining in a group", ["bob", "carol"], [.decline("bob", "b-phone")], .answer("bob", "b-ipad"), .notRinging),
+        ("a decline after answering", ["bob"], [.answer("bob", "b-phone")], .decline("bob", "b-ipad"), .notRinging),
+        ("a cancel once answered", ["bob"], [.answer("bob", "b-phone")], .cancel("alice"), .notCancellable),
+        ("a cancel by a callee", ["bob"], [], .cancel("bob"), .notParticipant),
+        ("a hold while it rings", ["bob"], [], .hold("alice", true), .notRinging),
+        ("a hold by a group callee who has not answered", ["bob", "carol"], [.answer("bob", "b-phone")], .hold("carol", true), .notRinging),
+        ("an end after the end", ["bob"], [.answer("bob", "b-phone"), .end("alice", "a-phone")], .end("bob", "b-phone"), .ended),
+        ("a filtered device after the end", ["bob"], [.decline("bob", "b-phone")], .out("bob", "b-ipad"), .ended),
+        ("a stranger answers", ["bob"], [], .answer("mallory", "m-phone"), .notParticipant),
+        ("a stranger ends", ["bob"], [.answer("bob", "b-phone")], .end("mallory", "m-phone"), .notParticipant),
+        ("a stranger holds", ["bob"], [.answer("bob", "b-phone")], .hold("mallory", true), .notParticipant),
+    ]
+
+    @Test(arguments: refusals.indices)
+    func aRefusedActionChangesNothing(index: Int) throws {
+        let (what, callees, steps, refused, error) = Self.refusals[index]
+        var state = call(callees)
+        _ = state.start(nowMillis: 1000)
+        for step in steps { _ = try run(&state, step) }
+        let before = state
+        #expect(throws: error, "\(what)") { _ = try run(&state, refused) }
+        #expect(state == before, "\(what): nothing changed")
     }
 
     @Test func theFirstAnswerWinsAndTheOtherDevicesHearAnsweredElsewhere() throws {
@@ -95,12 +196,12 @@ import SwitchboardCore
     }
 
     @Test func theCallerHearsRingingOnceAndCancelsWithMissedCallNoticesOnly() throws {
-        var state = call(["bob", "carol"])
+        var state = call(["bob", "carol"], phones: ["bob": [Self.iPhone("bob")], "carol": [Self.iPhone("carol")]])
         #expect(types(state.reached(callee: "bob"), to: "alice") == ["call.ringing"])
         #expect(state.reached(callee: "carol").isEmpty)
         let effects = try state.cancel(by: "alice", nowMillis: 2000)
-        #expect(effects.contains(.missedCallAlert(identity: "bob")))
-        #expect(effects.contains(.missedCallAlert(identity: "carol")))
+        #expect(effects.contains(.push(.missedCall, callee: "bob", device: "b-phone")))
+        #expect(effects.contains(.push(.missedCall, callee: "carol", device: "c-phone")))
         #expect(types(effects, to: "bob") == ["call.cancelled", "call.ended"])
         #expect(throws: CallError.notParticipant) { try state.cancel(by: "bob", nowMillis: 2001) }
     }
@@ -147,7 +248,7 @@ import SwitchboardCore
 
     @Test func aSideTakenWithoutADeviceGoesToTheFirstDeviceThatJoins() throws {
         var state = CallState(
-            id: "c1", appID: "app", caller: "alice", callerDevice: nil, callees: ["bob"], busy: [], unreachable: [], now: t0,
+            id: "c1", appID: "app", caller: "alice", callerDevice: nil, callees: ["bob"], busy: [], connected: ["bob"], phones: [:], now: t0,
             nowMillis: 1000, ringTimeout: .seconds(45))
         _ = try state.answer(by: "bob", device: nil, nowMillis: 2000)
         let admitted = [("alice", "a-ipad"), ("alice", "a-phone"), ("bob", "b-phone"), ("bob", "b-ipad"), ("bob", "b-phone")].map {
@@ -168,7 +269,7 @@ import SwitchboardCore
         #expect(state.outcome == .missed)
         #expect(state.endReason == "unavailable")
         #expect(effects.contains(.cancelRingTimer), "the caller does not wait for the ring timeout")
-        #expect(!effects.contains(.missedCallAlert(identity: "bob")), "a filtered call leaves no missed-call alert")
+        #expect(!effects.contains { if case .push(.missedCall, _, _) = $0 { true } else { false } }, "a filtered call leaves no missed-call alert")
         // A device connecting later still rings: it joins the ones the call went to.
         var later = call()
         later.rang("bob", devices: ["b-phone"])
@@ -182,7 +283,7 @@ import SwitchboardCore
         #expect(throws: CallError.notRinging) { try state.hold(by: "alice", onHold: true) }  // not answered yet
         _ = try state.answer(by: "bob", device: "b-phone", nowMillis: 2000)
         let held = try state.hold(by: "bob", onHold: true)
-        #expect(held == [.notify(identity: "alice", event: .held(callID: "c1", by: "bob", onHold: true), except: nil)], "carol has not answered")
+        #expect(held == [.notify(identity: "alice", event: .held(callID: "c1", by: "bob", onHold: true), except: nil), .save], "carol has not answered")
         #expect(try state.hold(by: "bob", onHold: true).isEmpty, "holding twice says nothing")
         #expect(state.summary["on_hold"] == ["bob"])
         #expect(throws: CallError.notRinging) { try state.hold(by: "carol", onHold: true) }

@@ -215,4 +215,34 @@ final class HubHarness {
         #expect(entries.map { $0["call_id"]?.stringValue } == [callID], "once, as ended")
         #expect(entries.first?["outcome"] == "completed")
     }
+
+    /// An iPhone without CallKit rings by a visible alert, and at the ring timeout gets a
+    /// missed-call alert (never a VoIP push, which would have to ring); a device without any
+    /// push token gets neither.
+    @Test func aPhoneWithoutCallKitRingsByAnAlertAndHearsItMissedTheCall() throws {
+        let h = try HubHarness()
+        let alertToken = String(repeating: "cd", count: 32)
+        try h.store.register(Device(
+            appID: h.app.id, userID: "bob", deviceID: "b-phone", platform: "ios", voipToken: String(repeating: "ab", count: 32),
+            apnsToken: alertToken, environment: .production, bundleID: nil, callKitEnabled: false, appVersion: nil, updatedAt: 1))
+        try h.store.register(Device(
+            appID: h.app.id, userID: "bob", deviceID: "b-old", platform: "ios", voipToken: nil, apnsToken: nil,
+            environment: .production, bundleID: nil, callKitEnabled: true, appVersion: nil, updatedAt: 1))
+        let alice = h.connect("alice", device: "a-phone")
+        h.send(alice, MessageType.callCreate, ["callees": ["bob"], "ring_timeout_seconds": 20])
+        h.settle()
+        #expect(h.output.take(alice).contains { $0["type"] == "ok" && $0["data"]?["state"] == "ringing" })
+        let invites = h.push.take()
+        #expect(invites.map(\.notification.type) == [.alert])
+        #expect(invites.first?.notification.deviceToken == alertToken)
+        #expect(invites.first?.notification.apnsTopic == "com.example.chat", "the app's bundle id")
+        let invite = try JSONDecoder().decode(JSONValue.self, from: Data(invites.first?.notification.payload ?? []))
+        #expect(invite["aps"]?["alert"]?["title"] == "Incoming call")
+        h.scheduler.advance(by: .seconds(20))
+        let notices = h.push.take()
+        #expect(notices.map(\.notification.type) == [.alert])
+        let notice = try JSONDecoder().decode(JSONValue.self, from: Data(notices.first?.notification.payload ?? []))
+        #expect(notice["missed"] == true)
+        #expect(notice["aps"]?["alert"]?["title"] == "Missed call")
+    }
 }

@@ -10,7 +10,7 @@ import SwitchboardCore
 @Suite(.timeLimit(.minutes(3))) struct StoreRecoveryTests {
     func ringing(_ id: String) -> CallState {
         CallState(
-            id: id, appID: "app", caller: "alice", callerDevice: "a", callees: ["bob"], busy: [], unreachable: [],
+            id: id, appID: "app", caller: "alice", callerDevice: "a", callees: ["bob"], busy: [], connected: ["bob"], phones: [:],
             now: .now, nowMillis: 1_000, ringTimeout: .seconds(45))
     }
 

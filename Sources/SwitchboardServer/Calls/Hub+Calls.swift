@@ -15,17 +15,23 @@ final class ActiveCall {
     let handle: String
     /// The app's bundle id: its pushes' topic unless a device names its own.
     let topic: String
+    /// Each callee's devices when the call started: where its pushes go.
+    let devices: [String: [Device]]
     var ringTimer: TimerID?
     /// Read by the call's push tasks (no retry once it stops ringing); set on the loop.
     let ringing = RingFlag()
 
-    init(state: CallState, request: CallCreateRequest, media: CallMedia, callerName: String, handle: String, topic: String) {
+    init(
+        state: CallState, request: CallCreateRequest, media: CallMedia, callerName: String, handle: String, topic: String,
+        devices: [String: [Device]]
+    ) {
         self.state = state
         self.request = request
         self.media = media
         self.callerName = callerName
         self.handle = handle
         self.topic = topic
+        self.devices = devices
     }
 
     var video: Bool { request.video ?? false }
@@ -152,14 +158,9 @@ extension Hub {
         inviteLog[callerKey, default: []].append(now)
         for callee in callees { inviteLog[callerKey + "\u{0}" + callee, default: []].append(now) }
 
-        // Busy (already in an answered call) and unreachable (no device, no connection).
-        var busy: Set<String> = []
-        var unreachable: Set<String> = []
-        for callee in callees {
-            let connected = !(sessionsByUser[Self.userKey(app.id, callee)] ?? []).isEmpty
-            if !connected && !(needs.devices[callee] ?? []).contains(where: { Self.ringable($0) }) { unreachable.insert(callee) }
-            if (request.busyPolicy ?? .reject) == .reject && isInCall(callee, appID: app.id) { busy.insert(callee) }
-        }
+        // Busy: already in an answered call. Who else rings, and how, the call decides.
+        let busy = Set(callees.filter { (request.busyPolicy ?? .reject) == .reject && isInCall($0, appID: app.id) })
+        let connected = Set(callees.filter { !(sessionsByUser[Self.userKey(app.id, $0)] ?? []).isEmpty })
 
         let id = RandomID.uuid().uuidString.lowercased()
         let media: CallMedia
@@ -169,12 +170,12 @@ extension Hub {
             media = .room("call-" + id)
         }
         let state = CallState(
-            id: id, appID: app.id, caller: caller.sub, callerDevice: device, callees: callees, busy: busy,
-            unreachable: unreachable, now: now, nowMillis: wallMillis, ringTimeout: .seconds(timeout))
+            id: id, appID: app.id, caller: caller.sub, callerDevice: device, callees: callees, busy: busy, connected: connected,
+            phones: needs.devices.mapValues { $0.compactMap(Self.phone) }, now: now, nowMillis: wallMillis, ringTimeout: .seconds(timeout))
         let call = ActiveCall(
             state: state, request: request, media: media,
             callerName: String((request.callerName ?? caller.name ?? caller.sub).prefix(256)),
-            handle: String((request.handle ?? caller.sub).prefix(256)), topic: app.bundleID)
+            handle: String((request.handle ?? caller.sub).prefix(256)), topic: app.bundleID, devices: needs.devices)
         calls[id] = call
         if let idempotency { callIdempotency[idempotency] = id }
         // The call's room is made at its first join (admitToCallRoom) and closed when it ends.
@@ -183,20 +184,8 @@ extension Hub {
         metrics.increment("switchboard_calls_total")
         logger.info("call created", ["call": id, "app": app.id, "caller": caller.sub, "callees": callees.joined(separator: ",")])
 
-        let startEffects = call.state.start(nowMillis: wallMillis)
-        setup.begin()
-        store.saveCall(call.state, idempotencyKey: request.idempotencyKey, written: setup.end)
-        if call.state.isRinging {
-            call.ringTimer = scheduler?.schedule(after: .seconds(timeout)) { [weak self] in
-                guard let self, let call = self.calls[id] else { return }
-                self.perform(call, call.state.ringTimedOut(nowMillis: wallMillis))
-            }
-            for callee in call.state.ringingCallees {
-                ring(callee, call: call, devices: needs.devices[callee] ?? [], setup: setup)
-            }
-        }
+        perform(call, call.state.start(nowMillis: wallMillis), setup: setup)
         setup.end()
-        perform(call, startEffects)
         return describe(call)
     }
 
@@ -238,9 +227,12 @@ extension Hub {
         }
     }
 
-    /// Whether a device can be rung without a connection.
-    static func ringable(_ device: Device) -> Bool {
-        device.platform == "ios" && ((device.callKitEnabled && device.voipToken != nil) || device.apnsToken != nil)
+    /// A device as a call sees it: an iPhone and the pushes it can take (nil: it takes none,
+    /// so only its connections can ring it).
+    static func phone(_ device: Device) -> CallState.PhoneDevice? {
+        guard device.platform == "ios" else { return nil }
+        let phone = CallState.PhoneDevice(id: device.deviceID, voip: device.callKitEnabled && device.voipToken != nil, alert: device.apnsToken != nil)
+        return phone.voip || phone.alert ? phone : nil
     }
 
     /// In a call that was answered, as caller or as an answering callee.
@@ -279,33 +271,40 @@ extension Hub {
         return invite
     }
 
-    /// Rings one callee: its connections at once, and its iPhones by push.
-    func ring(_ callee: String, call: ActiveCall, devices: [Device], setup: CallSetupClock? = nil) {
+    /// Delivers the invite to every connection of `callee`: each is traced, and a live one has
+    /// reached the callee.
+    func ringConnections(_ callee: String, call: ActiveCall) {
         let state = call.state
-        let invite = invitation(call)
-        let nowMillis = wallMillis
-        let pushed = devices.filter { $0.platform == "ios" && (($0.callKitEnabled && $0.voipToken != nil) || $0.apnsToken != nil) }
-        let incoming = OutgoingEvent(type: CallEvent.Kind.incoming.rawValue, data: .value(.object(invite)))
+        let incoming = OutgoingEvent(type: CallEvent.Kind.incoming.rawValue, data: .value(.object(invitation(call))))
         let receipts = delivery.deliver(incoming, toUser: callee, appID: state.appID, except: nil)
-        call.state.rang(callee, devices: Set(receipts.map(\.device) + pushed.map(\.deviceID)))
+        call.state.rang(callee, devices: Set(receipts.map(\.device)))
+        let nowMillis = wallMillis
         for receipt in receipts {
             store.trace(
                 callID: state.id, user: callee, device: receipt.device, channel: "websocket",
                 event: receipt.attached ? "delivered" : "queued_for_resume", atMillis: nowMillis)
             if receipt.attached { perform(call, call.state.reached(callee: callee)) }
         }
-        for device in devices where device.platform == "ios" {
-            if device.callKitEnabled, let token = device.voipToken {
-                sendPush(.voip, to: device, token: token, callee: callee, call: call, payload: voipPayload(call, invite: invite), setup: setup)
-            } else if let token = device.apnsToken {
-                // No CallKit (mainland China, or turned off): the invite rings as a visible alert.
-                let alert: JSONValue = [
-                    "aps": ["alert": ["title": "Incoming call", "body": .string(call.callerName)], "sound": "default"],
-                    "call_id": .string(state.id), "caller": invite["caller"] ?? .null, "video": .bool(call.video),
-                    "ring_expires_at": .int(state.ringExpiresAtMillis),
-                ]
-                sendPush(.alert, to: device, token: token, callee: callee, call: call, payload: alert, setup: setup)
-            }
+    }
+
+    /// What a push of a call carries: the invite with the keys PushKit apps read, or an alert.
+    func payload(_ push: CallState.Push, _ call: ActiveCall) -> JSONValue {
+        let state = call.state
+        let caller: JSONValue = ["identity": .string(state.caller), "name": .string(call.callerName), "handle": .string(call.handle)]
+        switch push {
+        case .voipInvite:
+            return voipPayload(call, invite: invitation(call))
+        case .alertInvite:
+            return [
+                "aps": ["alert": ["title": "Incoming call", "body": .string(call.callerName)], "sound": "default"],
+                "call_id": .string(state.id), "caller": caller, "video": .bool(call.video),
+                "ring_expires_at": .int(state.ringExpiresAtMillis),
+            ]
+        case .missedCall:
+            return [
+                "aps": ["alert": ["title": "Missed call", "body": .string(call.callerName)], "sound": "default"],
+                "call_id": .string(state.id), "missed": true,
+            ]
         }
     }
 
@@ -330,13 +329,12 @@ extension Hub {
         return .object(payload)
     }
 
-    /// Sends one push for a call and records its fate in the trace. VoIP only for invites.
-    func sendPush(
-        _ type: PushType, to device: Device, token: String, callee: String, call: ActiveCall, payload: JSONValue,
-        setup: CallSetupClock? = nil
-    ) {
+    /// Sends one push of a call to `device` and records its fate in the trace.
+    func sendPush(_ push: CallState.Push, to device: Device, callee: String, call: ActiveCall, setup: CallSetupClock? = nil) {
+        let type: PushType = push == .voipInvite ? .voip : .alert
+        guard let token = type == .voip ? device.voipToken : device.apnsToken else { return }
         let state = call.state
-        let bytes = (try? JSONEncoder().encode(payload)).map(Array.init) ?? []
+        let bytes = (try? JSONEncoder().encode(payload(push, call))).map(Array.init) ?? []
         let notification = PushNotification(
             deviceToken: token, type: type, topic: device.bundleID ?? call.topic, payload: bytes,
             expiration: type == .voip ? state.ringExpiresAtMillis / 1000 : nil, collapseID: type == .alert ? state.id : nil)
@@ -352,17 +350,20 @@ extension Hub {
         var submitted: (@Sendable () -> Void)?
         if let setup { submitted = { setup.end() } }
         let deviceID = device.deviceID
-        push.dispatch(
+        let invite = push != .missedCall
+        self.push.dispatch(
             notification, appID: state.appID, environment: device.environment, deadline: deadline, stillWanted: stillWanted,
             onSubmitted: submitted
         ) { [weak self] result in
-            scheduler?.execute { [weak self] in self?.pushAnswered(result, callID: callID, callee: callee, device: deviceID, channel: channel) }
+            scheduler?.execute { [weak self] in
+                self?.pushAnswered(result, callID: callID, callee: callee, device: deviceID, channel: channel, invite: invite)
+            }
         }
     }
 
     /// What APNs said of a push: traced; an accepted invite has reached a device; one APNs
     /// refused (a dead token, a wrong topic) cannot ring that device.
-    private func pushAnswered(_ result: PushResult, callID: String, callee: String, device: String, channel: String) {
+    private func pushAnswered(_ result: PushResult, callID: String, callee: String, device: String, channel: String, invite: Bool) {
         store.trace(
             callID: callID, user: callee, device: device, channel: channel, event: result.accepted ? "apns_accepted" : "apns_refused",
             atMillis: wallMillis,
@@ -370,7 +371,7 @@ extension Hub {
                 "apns_status": .int(Int64(result.status)), "apns_id": .string(result.apnsID),
                 "reason": result.failure.map { .string($0.apnsReason) } ?? .null, "attempts": .int(Int64(result.attempts)),
             ])
-        guard channel != "missed_call_push", let call = calls[callID] else { return }
+        guard invite, let call = calls[callID] else { return }
         if result.accepted {
             perform(call, call.state.reached(callee: callee))
         } else if result.status >= 400, let effects = try? call.state.deviceOut(callee, device: device, nowMillis: wallMillis) {
@@ -486,53 +487,62 @@ extension Hub {
         answer(.success(describe(call)))
     }
 
-    /// Carries out a state machine's effects.
-    func perform(_ call: ActiveCall, _ effects: [CallState.Effect]) {
+    /// Carries out a call's effects, in order. `setup` times a new call's first save and pushes.
+    func perform(_ call: ActiveCall, _ effects: [CallState.Effect], setup: CallSetupClock? = nil) {
         indexAnswered(call)
-        guard !effects.isEmpty else { return }
-        let state = call.state
         for effect in effects {
             switch effect {
             case .notify(let identity, let event, let except):
-                delivery.deliver(OutgoingEvent(event), toUser: identity, appID: state.appID, except: except)
+                delivery.deliver(OutgoingEvent(event), toUser: identity, appID: call.state.appID, except: except)
+            case .ringConnections(let callee):
+                ringConnections(callee, call: call)
+            case .push(let push, let callee, let deviceID):
+                guard let device = call.devices[callee]?.first(where: { $0.deviceID == deviceID }) else { continue }
+                sendPush(push, to: device, callee: callee, call: call, setup: setup)
+            case .armRingTimer(let after):
+                let id = call.state.id
+                call.ringTimer = scheduler?.schedule(after: after) { [weak self] in
+                    guard let self, let call = self.calls[id] else { return }
+                    self.perform(call, call.state.ringTimedOut(nowMillis: self.wallMillis))
+                }
             case .cancelRingTimer:
                 if let timer = call.ringTimer { scheduler?.cancel(timer) }
                 call.ringTimer = nil
-            case .missedCallAlert(let identity):
-                let appID = state.appID
-                withStore({ try $0.devices(appID: appID, userID: identity) }) { [weak self] result in
-                    guard let self else { return }
-                    for device in (try? result.get()) ?? [] where device.platform == "ios" {
-                        guard let token = device.apnsToken else { continue }
-                        let alert: JSONValue = [
-                            "aps": ["alert": ["title": "Missed call", "body": .string(call.callerName)], "sound": "default"],
-                            "call_id": .string(state.id), "missed": true,
-                        ]
-                        sendPush(.alert, to: device, token: token, callee: identity, call: call, payload: alert)
-                    }
+            case .save:
+                var written: (@Sendable () -> Void)?
+                if let setup {
+                    setup.begin()
+                    written = { setup.end() }
                 }
+                store.saveCall(call.state, idempotencyKey: call.request.idempotencyKey, written: written)
+            case .recordHistory:
+                store.recordHistory(call.state, video: call.video)
             case .finished:
-                call.ringing.stop()
-                calls.removeValue(forKey: state.id)
-                store.recordHistory(state, video: call.video)
-                for identity in [state.caller] + state.callees {
-                    let key = Self.userKey(state.appID, identity)
-                    if liveCallsByUser[key]?.remove(state.id) != nil, liveCallsByUser[key]?.isEmpty == true {
-                        liveCallsByUser.removeValue(forKey: key)
-                    }
-                }
-                if case .room(let name) = call.media {
-                    // Its room closes with it: every member hears why, and nobody can join again.
-                    let key = RoomKey(appID: state.appID, name: name)
-                    callRooms.removeValue(forKey: key)
-                    if rooms.room(key) != nil { try? closeRoom(key, reason: .callEnded) }
-                }
-                metrics.increment("switchboard_calls_ended_total", ["outcome": state.outcome?.rawValue ?? "unknown"])
-                logger.info("call ended", ["call": state.id, "outcome": state.outcome?.rawValue ?? "", "reason": state.endReason ?? ""])
+                forget(call)
             }
         }
-        if !state.isRinging { call.ringing.stop() }
-        store.saveCall(state, idempotencyKey: call.request.idempotencyKey)
+        if !call.state.isRinging { call.ringing.stop() }
+    }
+
+    /// An ended call leaves the registry, and its room closes: every member hears why, and
+    /// nobody can join again.
+    private func forget(_ call: ActiveCall) {
+        let state = call.state
+        call.ringing.stop()
+        calls.removeValue(forKey: state.id)
+        for identity in [state.caller] + state.callees {
+            let key = Self.userKey(state.appID, identity)
+            if liveCallsByUser[key]?.remove(state.id) != nil, liveCallsByUser[key]?.isEmpty == true {
+                liveCallsByUser.removeValue(forKey: key)
+            }
+        }
+        if case .room(let name) = call.media {
+            let key = RoomKey(appID: state.appID, name: name)
+            callRooms.removeValue(forKey: key)
+            if rooms.room(key) != nil { try? closeRoom(key, reason: .callEnded) }
+        }
+        metrics.increment("switchboard_calls_ended_total", ["outcome": state.outcome?.rawValue ?? "unknown"])
+        logger.info("call ended", ["call": state.id, "outcome": state.outcome?.rawValue ?? "", "reason": state.endReason ?? ""])
     }
 
     /// The call as its participants see it.
