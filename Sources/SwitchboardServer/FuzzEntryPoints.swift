@@ -16,15 +16,15 @@ public enum FuzzEntryPoints {
         if case .signal(let signal)? = JSONText.parseRequest(bytes) {
             precondition(JSONText.parse(Array(signal.signal)) == JSONText.parse(bytes)?["data"]?["signal"], "a spliced signal differs")
         }
-        guard case .success(let request) = Hub.parseRequest(bytes) else { return false }
+        guard case .success(let request) = MessageCodec.parseRequest(bytes) else { return false }
         var accepted = false
-        if let join: RoomJoinRequest = try? Hub.decodeData(bytes) {
+        if let join: RoomJoinRequest = try? MessageCodec.data(of: bytes) {
             accepted = (try? Hub.validateRoomName(join.room)) != nil
         }
-        if let _: RoomLeaveRequest = try? Hub.decodeData(bytes) { accepted = true }
-        if let _: RoomMetadataRequest = try? Hub.decodeData(bytes) { accepted = true }
-        if let _: CallActionRequest = try? Hub.decodeData(bytes) { accepted = true }
-        if let call: CallCreateRequest = try? Hub.decodeData(bytes) {
+        if let _: RoomLeaveRequest = try? MessageCodec.data(of: bytes) { accepted = true }
+        if let _: RoomMetadataRequest = try? MessageCodec.data(of: bytes) { accepted = true }
+        if let _: CallActionRequest = try? MessageCodec.data(of: bytes) { accepted = true }
+        if let call: CallCreateRequest = try? MessageCodec.data(of: bytes) {
             accepted = (try? Hub.checkCallRequest(call, caller: "fuzz", limits: ServerConfiguration.Limits())) != nil
         }
         // What the server writes back: the parsed object, serialized again.

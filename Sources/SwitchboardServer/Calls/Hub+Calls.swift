@@ -160,7 +160,7 @@ extension Hub {
 
         // Busy: already in an answered call. Who else rings, and how, the call decides.
         let busy = Set(callees.filter { (request.busyPolicy ?? .reject) == .reject && isInCall($0, appID: app.id) })
-        let connected = Set(callees.filter { !(sessionsByUser[Self.userKey(app.id, $0)] ?? []).isEmpty })
+        let connected = Set(callees.filter { !sessions.sessions(ofUser: Self.userKey(app.id, $0)).isEmpty })
 
         let id = RandomID.uuid().uuidString.lowercased()
         let media: CallMedia

@@ -54,7 +54,7 @@ final class LocalDelivery: EventDelivery {
 
     func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?) -> [DeliveryReceipt] {
         var receipts: [DeliveryReceipt] = []
-        for session in hub.sessionsByUser[Hub.userKey(appID, identity)] ?? [] where session.deviceKey != except {
+        for session in hub.sessions.sessions(ofUser: Hub.userKey(appID, identity)) where session.deviceKey != except {
             hub.sendEvent(event, to: session)
             receipts.append(DeliveryReceipt(device: session.deviceKey, attached: session.connection != nil))
         }

@@ -18,8 +18,8 @@ final class Hub: @unchecked Sendable {
 
     let store: Store
     let push: any PushDispatching
-    /// Sessions by app and identity (for call events to every device of a user).
-    var sessionsByUser: [String: [Session]] = [:]
+    /// Every session of this process, however it is looked up.
+    let sessions = SessionTable()
     var calls: [String: ActiveCall] = [:]
     var callIdempotency: [String: String] = [:]
     /// Live answered calls by user key (`isInCall` without a walk over every call).
@@ -40,27 +40,18 @@ final class Hub: @unchecked Sendable {
     private(set) weak var output: (any SessionOutput)?
     private(set) weak var scheduler: (any LoopScheduler)?
     var rooms: RoomDirectory
-    private var sessions: [String: Session] = [:]
-    private var byConnection: [ConnectionID: Session] = [:]
-    private var byResumeToken: [String: Session] = [:]
     private var emptyTimers: [RoomKey: TimerID] = [:]
-    private let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
-        return encoder
-    }()
-    private let decoder = JSONDecoder()
+    /// Every message in and out goes through it.
+    let codec = MessageCodec()
 
-    /// `push` defaults to APNs through the app's credentials in the store.
-    init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger, push: (any PushDispatching)? = nil) {
+    /// `push`: APNs through the apps' credentials (`PushRouter`) in the server; a recording
+    /// double in `HubTests`.
+    init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger, push: any PushDispatching) {
         self.configuration = configuration
         self.store = store
         self.metrics = metrics
         self.logger = logger
-        self.push = push ?? PushRouter(
-            store: store, metrics: metrics, logger: logger.with("component", "push"), baseURL: configuration.apnsURL,
-            caFile: configuration.apnsCAFile, requestTimeout: .seconds(configuration.limits.apnsRequestTimeoutSeconds),
-            credentialsDirectory: configuration.dataDirectory + "/apns-credentials")
+        self.push = push
         let limits = configuration.limits
         rooms = RoomDirectory(
             settings: .init(
@@ -76,7 +67,7 @@ final class Hub: @unchecked Sendable {
     func deliver(through delivery: any EventDelivery) { self.delivery = delivery }
 
     /// The session with this peer id, attached or in its grace period.
-    func session(peerID: String) -> Session? { sessions[peerID] }
+    func session(peerID: String) -> Session? { sessions.session(peerID: peerID) }
 
     /// Hands the hub its output and its scheduler (its thread's time and timers).
     func attach(output: any SessionOutput, scheduler: any LoopScheduler) {
@@ -109,7 +100,7 @@ final class Hub: @unchecked Sendable {
         metrics.add("switchboard_connections", 1)
         var resumeFailed = false
         if let resume {
-            if let session = byResumeToken[resume.token], session.app.id == app.id, session.identity == claims.sub {
+            if let session = sessions.session(resumeToken: resume.token), session.app.id == app.id, session.identity == claims.sub {
                 if let missed = session.log.events(after: resume.lastSequence, newest: session.lastSequence) {
                     reattach(session, to: connection, claims: claims, replay: missed, from: resume.lastSequence + 1)
                     return
@@ -125,12 +116,8 @@ final class Hub: @unchecked Sendable {
             peerID: "p_" + RandomID.alphanumeric(16), app: app, claims: claims, resumeToken: RandomID.alphanumeric(32),
             logCapacity: limits.resumeBufferEvents,
             rate: TokenBucket(rate: limits.messagesPerSecond, burst: limits.messageBurst, now: now))
-        session.connection = connection
         session.deviceID = deviceID
-        sessions[session.peerID] = session
-        byConnection[connection] = session
-        byResumeToken[session.resumeToken] = session
-        sessionsByUser[Self.userKey(app.id, claims.sub), default: []].append(session)
+        sessions.add(session, on: connection)
         logger.debug("session opened", ["peer": session.peerID, "app": app.id, "identity": claims.sub, "conn": connection.description])
         let welcome = SessionWelcome(
             peerID: session.peerID, identity: claims.sub, resumeToken: session.resumeToken,
@@ -150,18 +137,15 @@ final class Hub: @unchecked Sendable {
     }
 
     private func reattach(_ session: Session, to connection: ConnectionID, claims: AccessTokenClaims, replay: [OutboundFrame], from: UInt64) {
-        if let old = session.connection {
+        if let old = sessions.attach(session, to: connection) {
             // The old connection is still open (a half-dead socket): this one replaces it.
-            byConnection.removeValue(forKey: old)
             output?.close(old, code: 4001, reason: "replaced by a resumed connection")
         }
         if let timer = session.graceTimer {
             scheduler?.cancel(timer)
             session.graceTimer = nil
         }
-        session.connection = connection
         session.claims = claims
-        byConnection[connection] = session
         metrics.increment("switchboard_resumes_total", ["outcome": "resumed"])
         logger.info("session resumed", ["peer": session.peerID, "conn": connection.description, "replayed": String(replay.count)])
         sendControl(MessageType.sessionResumed, SessionResumed(peerID: session.peerID, replayFrom: from, replayCount: replay.count), to: session)
@@ -173,8 +157,7 @@ final class Hub: @unchecked Sendable {
     func disconnected(_ connection: ConnectionID, reason: CloseReason) {
         metrics.add("switchboard_connections", -1)
         metrics.increment("switchboard_disconnects_total", ["reason": reason.label])
-        guard let session = byConnection.removeValue(forKey: connection) else { return }
-        session.connection = nil
+        guard let session = sessions.detach(connection) else { return }
         if case .peer(let code) = reason, code == 1000 || code == 1001 {
             end(session, reason: .left)
             return
@@ -197,13 +180,7 @@ final class Hub: @unchecked Sendable {
             if let effects = try? rooms.leave(key, peerID: session.peerID, reason: reason) { apply(effects) }
         }
         session.rooms.removeAll()
-        sessions.removeValue(forKey: session.peerID)
-        let userKey = Self.userKey(session.app.id, session.identity)
-        sessionsByUser[userKey]?.removeAll { $0 === session }
-        if sessionsByUser[userKey]?.isEmpty == true { sessionsByUser.removeValue(forKey: userKey) }
-        byResumeToken.removeValue(forKey: session.resumeToken)
-        if let connection = session.connection {
-            byConnection.removeValue(forKey: connection)
+        if let connection = sessions.remove(session) {
             output?.close(connection, code: 1000, reason: "session ended")
         }
         logger.debug("session ended", ["peer": session.peerID, "reason": reason.rawValue])
@@ -212,23 +189,18 @@ final class Hub: @unchecked Sendable {
     // MARK: Messages
 
     func received(_ bytes: [UInt8], binary: Bool, on connection: ConnectionID) {
-        guard let session = byConnection[connection] else { return }
+        guard let session = sessions.session(on: connection) else { return }
         metrics.messagesIn.increment()
         if binary {
             reply(.error(id: nil, ErrorBody(.badRequest, "binary messages are not part of the protocol")), to: session)
             return
         }
-        var parsed: JSONValue?
-        switch JSONText.parseRequest(bytes) {
-        case .signal(let signal)?:
+        let id: JSONValue, type: String, object: [String: JSONValue]
+        switch codec.read(bytes) {
+        case .success(.signal(let signal)):
             relay(signal, from: session)
             return
-        case .value(let value)?: parsed = value
-        case nil: parsed = nil
-        }
-        let id: JSONValue, type: String, object: [String: JSONValue]
-        switch Self.parseRequest(bytes, parsed: parsed) {
-        case .success(let request): (id, type, object) = request
+        case .success(.request(let requestID, let requestType, let fields)): (id, type, object) = (requestID, requestType, fields)
         case .failure(let refusal):
             reply(.error(id: refusal.id, refusal.error), to: session)
             return
@@ -253,38 +225,9 @@ final class Hub: @unchecked Sendable {
         }
     }
 
-    static let missingID = ErrorBody(.badRequest, "every request needs an id (a string or an integer)")
-
     /// The refusal of a message past the session's rate.
     private var rateLimited: ErrorBody {
         ErrorBody(.rateLimited, "more than \(configuration.limits.messagesPerSecond) messages per second")
-    }
-
-    /// Why a message is not a request, with its id when it had a usable one.
-    struct Refusal: Error {
-        var id: JSONValue?
-        var error: ErrorBody
-    }
-
-    /// The envelope of a request: a JSON object with a usable `id` and a string `type`.
-    /// `parsed`: the value already read from `bytes`, if any.
-    static func parseRequest(
-        _ bytes: [UInt8], parsed: JSONValue? = nil
-    ) -> Result<(id: JSONValue, type: String, object: [String: JSONValue]), Refusal> {
-        // jansson first (fast); JSONDecoder for what jansson cannot hold (integers beyond 64 bits).
-        guard let value = parsed ?? JSONText.parse(bytes) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
-            return .failure(Refusal(error: ErrorBody(.malformedJSON, "the message is not valid JSON")))
-        }
-        guard case .object(let object) = value else {
-            return .failure(Refusal(error: ErrorBody(.badRequest, "a message must be a JSON object")))
-        }
-        guard let id = object["id"], isUsableID(id) else {
-            return .failure(Refusal(error: missingID))
-        }
-        guard case .string(let type) = object["type"] else {
-            return .failure(Refusal(id: id, error: ErrorBody(.badRequest, "every request needs a string type")))
-        }
-        return .success((id, type, object))
     }
 
     private struct Outcome {
@@ -416,8 +359,8 @@ final class Hub: @unchecked Sendable {
     /// The relay's hot path: a signal from one room member to another, its payload spliced
     /// from the bytes it arrived in. The same checks, replies and errors as any request.
     private func relay(_ request: SignalRequestBytes, from session: Session) {
-        guard Self.isUsableID(request.id) else {
-            reply(.error(id: nil, Self.missingID), to: session)
+        guard MessageCodec.isUsableID(request.id) else {
+            reply(.error(id: nil, MessageCodec.missingID), to: session)
             return
         }
         guard session.rate.take(now: now) else {
@@ -472,7 +415,7 @@ final class Hub: @unchecked Sendable {
     /// Closes a room: every member gets `room.closed` with `reason` and is no longer in it.
     func closeRoom(_ key: RoomKey, reason: RoomClosedReason) throws(RoomError) {
         let result = try rooms.delete(key, reason: reason)
-        for peerID in result.members { sessions[peerID]?.rooms.remove(key.name) }
+        for peerID in result.members { sessions.session(peerID: peerID)?.rooms.remove(key.name) }
         apply(result.effects)
     }
 
@@ -483,7 +426,7 @@ final class Hub: @unchecked Sendable {
         do { effects = try rooms.leave(key, peerID: peerID, reason: .kicked) } catch {
             throw RoomError.peerNotInRoom(peer: peerID, room: name).body
         }
-        sessions[peerID]?.rooms.remove(name)
+        sessions.session(peerID: peerID)?.rooms.remove(name)
         apply(effects)
     }
 
@@ -533,17 +476,7 @@ final class Hub: @unchecked Sendable {
     /// written as JSON (a relayed signal) is spliced in as it is.
     func sendEvent(_ event: OutgoingEvent, to session: Session) {
         session.lastSequence += 1
-        let bytes: [UInt8]?
-        switch event.data {
-        case .value(let data): bytes = encode(Envelope(type: event.type, seq: session.lastSequence, data: data))
-        case .encoded(let data):
-            var frame = Array(#"{"type":"#.utf8) + JSONText.quoted(event.type) + Array(#","seq":"#.utf8)
-            frame += Array(String(session.lastSequence).utf8) + Array(#","data":"#.utf8)
-            frame += data
-            frame.append(0x7D)
-            bytes = frame
-        }
-        guard let bytes else { return }
+        guard let bytes = codec.event(event, seq: session.lastSequence) else { return }
         let frame = OutboundFrame(bytes)
         session.log.append(seq: session.lastSequence, frame: frame)
         transmit(frame, to: session)
@@ -551,27 +484,14 @@ final class Hub: @unchecked Sendable {
 
     /// Sends an unsequenced connection message (`session.welcome`, `session.resumed`).
     private func sendControl(_ type: String, _ data: some Encodable, to session: Session) {
-        guard let bytes = try? encoder.encode(Envelope(type: type, data: jsonValue(data))) else { return }
+        guard let bytes = codec.control(type, data) else { return }
         transmit(OutboundFrame(bytes), to: session)
     }
 
     private func reply(_ envelope: Envelope, to session: Session) {
         if let error = envelope.error { metrics.increment("switchboard_errors_total", ["code": error.code.rawValue]) }
-        guard let bytes = encode(envelope) else { return }
+        guard let bytes = codec.encode(envelope) else { return }
         transmit(OutboundFrame(bytes), to: session)
-    }
-
-    /// The JSON of a message: jansson on the hot path; JSONEncoder for errors (rare) and for
-    /// floating-point numbers, which jansson does not write in the shortest form.
-    private func encode(_ envelope: Envelope) -> [UInt8]? {
-        if envelope.error == nil {
-            var members: [(String, JSONValue)] = [("type", .string(envelope.type))]
-            if let id = envelope.id { members.append(("id", id)) }
-            if let seq = envelope.seq { members.append(("seq", .int(Int64(seq)))) }
-            if let data = envelope.data { members.append(("data", data)) }
-            if let bytes = JSONText.serialize(members: members) { return bytes }
-        }
-        return (try? encoder.encode(envelope)).map(Array.init)
     }
 
     private func transmit(_ frame: OutboundFrame, to session: Session) {
@@ -580,22 +500,6 @@ final class Hub: @unchecked Sendable {
     }
 
     // MARK: Helpers
-
-    private struct RequestData<T: Decodable>: Decodable {
-        var data: T
-    }
-
-    func decodeData<T: Decodable>(_ bytes: [UInt8]) throws(ErrorBody) -> T {
-        try Self.decodeData(bytes, decoder: decoder)
-    }
-
-    static func decodeData<T: Decodable>(_ bytes: [UInt8], decoder: JSONDecoder = JSONDecoder()) throws(ErrorBody) -> T {
-        do {
-            return try decoder.decode(RequestData<T>.self, from: Data(bytes)).data
-        } catch {
-            throw ErrorBody(.badRequest, "invalid data: \(Gateway.describe(error))")
-        }
-    }
 
     func checkSize(_ value: JSONValue, what: String) throws(ErrorBody) {
         try Self.checkSize(value, what: what, limit: configuration.limits.maxDataBytes)
@@ -608,9 +512,9 @@ final class Hub: @unchecked Sendable {
         }
     }
 
-    func jsonValue(_ value: some Encodable) -> JSONValue {
-        (try? encoder.encode(value)).flatMap { try? decoder.decode(JSONValue.self, from: $0) } ?? .null
-    }
+    func jsonValue(_ value: some Encodable) -> JSONValue { codec.value(value) }
+
+    func decodeData<T: Decodable>(_ bytes: [UInt8]) throws(ErrorBody) -> T { try codec.data(of: bytes) }
 
     /// Whether `name` is under the prefix reserved for calls' rooms (`call-`, in any case):
     /// such a room is never an ordinary room, whatever a token's room grant says.
@@ -632,14 +536,6 @@ final class Hub: @unchecked Sendable {
         }
         guard !name.isEmpty, name.utf8.count <= 128, allowed else {
             throw ErrorBody(.badRequest, "a room name is 1 to 128 letters, digits or -_.:@")
-        }
-    }
-
-    static func isUsableID(_ id: JSONValue) -> Bool {
-        switch id {
-        case .string(let text): !text.isEmpty && text.utf8.count <= 128
-        case .int: true
-        default: false
         }
     }
 }

@@ -38,9 +38,10 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     }()
     let decoder = JSONDecoder()
 
-    init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger) {
+    init(configuration: ServerConfiguration, hub: Hub, metrics: Metrics, logger: Logger) {
         self.configuration = configuration
-        self.store = store
+        self.hub = hub
+        store = hub.store
         self.metrics = metrics
         self.logger = logger
         verifier = AccessTokenVerifier(
@@ -48,7 +49,6 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             leewaySeconds: Int64(configuration.limits.tokenLeewaySeconds))
         staticFiles = StaticFiles(root: configuration.webRoot)
         crossOrigin = CrossOriginPolicy(origins: configuration.corsOrigins)
-        hub = Hub(configuration: configuration, store: store, metrics: metrics, logger: logger)
     }
 
     func attach(to server: HTTPServer) {

@@ -1,0 +1,124 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+
+/// The signaling protocol's messages as bytes, both ways, in one place. Requests are read
+/// with jansson (a relayed signal as the byte range of its payload, anything else as a
+/// value); replies and events are written with jansson on the hot path, and with
+/// `JSONEncoder` for errors (rare) and floating-point numbers (which jansson does not write in
+/// the shortest form).
+struct MessageCodec {
+    /// A message read: a signal to relay as it is, or a request with its envelope's fields.
+    enum Message {
+        case signal(SignalRequestBytes)
+        case request(id: JSONValue, type: String, object: [String: JSONValue])
+    }
+
+    /// Why a message is not a request, with its id when it had a usable one.
+    struct Refusal: Error {
+        var id: JSONValue?
+        var error: ErrorBody
+    }
+
+    static let missingID = ErrorBody(.badRequest, "every request needs an id (a string or an integer)")
+
+    private let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return encoder
+    }()
+    private let decoder = JSONDecoder()
+
+    // MARK: Reading
+
+    func read(_ bytes: [UInt8]) -> Result<Message, Refusal> {
+        switch JSONText.parseRequest(bytes) {
+        case .signal(let signal)?: return .success(.signal(signal))
+        case .value(let value)?: return Self.parseRequest(bytes, parsed: value).map { .request(id: $0.id, type: $0.type, object: $0.object) }
+        case nil: return Self.parseRequest(bytes).map { .request(id: $0.id, type: $0.type, object: $0.object) }
+        }
+    }
+
+    /// The envelope of a request: a JSON object with a usable `id` and a string `type`.
+    /// `parsed`: the value already read from `bytes`, if any.
+    static func parseRequest(
+        _ bytes: [UInt8], parsed: JSONValue? = nil
+    ) -> Result<(id: JSONValue, type: String, object: [String: JSONValue]), Refusal> {
+        // jansson first (fast); JSONDecoder for what jansson cannot hold (integers beyond 64 bits).
+        guard let value = parsed ?? JSONText.parse(bytes) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
+            return .failure(Refusal(error: ErrorBody(.malformedJSON, "the message is not valid JSON")))
+        }
+        guard case .object(let object) = value else {
+            return .failure(Refusal(error: ErrorBody(.badRequest, "a message must be a JSON object")))
+        }
+        guard let id = object["id"], isUsableID(id) else {
+            return .failure(Refusal(error: missingID))
+        }
+        guard case .string(let type) = object["type"] else {
+            return .failure(Refusal(id: id, error: ErrorBody(.badRequest, "every request needs a string type")))
+        }
+        return .success((id, type, object))
+    }
+
+    static func isUsableID(_ id: JSONValue) -> Bool {
+        switch id {
+        case .string(let text): !text.isEmpty && text.utf8.count <= 128
+        case .int: true
+        default: false
+        }
+    }
+
+    private struct RequestData<T: Decodable>: Decodable {
+        var data: T
+    }
+
+    /// A request's `data` as `T`.
+    func data<T: Decodable>(of bytes: [UInt8]) throws(ErrorBody) -> T {
+        try Self.data(of: bytes, decoder: decoder)
+    }
+
+    static func data<T: Decodable>(of bytes: [UInt8], decoder: JSONDecoder = JSONDecoder()) throws(ErrorBody) -> T {
+        do {
+            return try decoder.decode(RequestData<T>.self, from: Data(bytes)).data
+        } catch {
+            throw ErrorBody(.badRequest, "invalid data: \(Gateway.describe(error))")
+        }
+    }
+
+    // MARK: Writing
+
+    /// A reply or an event.
+    func encode(_ envelope: Envelope) -> [UInt8]? {
+        if envelope.error == nil {
+            var members: [(String, JSONValue)] = [("type", .string(envelope.type))]
+            if let id = envelope.id { members.append(("id", id)) }
+            if let seq = envelope.seq { members.append(("seq", .int(Int64(seq)))) }
+            if let data = envelope.data { members.append(("data", data)) }
+            if let bytes = JSONText.serialize(members: members) { return bytes }
+        }
+        return (try? encoder.encode(envelope)).map(Array.init)
+    }
+
+    /// A sequenced event. Data already written as JSON (a relayed signal) is spliced in as it is.
+    func event(_ event: OutgoingEvent, seq: UInt64) -> [UInt8]? {
+        switch event.data {
+        case .value(let data): return encode(Envelope(type: event.type, seq: seq, data: data))
+        case .encoded(let data):
+            var frame = Array(#"{"type":"#.utf8) + JSONText.quoted(event.type) + Array(#","seq":"#.utf8)
+            frame += Array(String(seq).utf8) + Array(#","data":"#.utf8)
+            frame += data
+            frame.append(0x7D)
+            return frame
+        }
+    }
+
+    /// An unsequenced connection message (`session.welcome`, `session.resumed`).
+    func control(_ type: String, _ data: some Encodable) -> [UInt8]? {
+        (try? encoder.encode(Envelope(type: type, data: value(data)))).map(Array.init)
+    }
+
+    /// Any encodable value as a JSON value.
+    func value(_ value: some Encodable) -> JSONValue {
+        (try? encoder.encode(value)).flatMap { try? decoder.decode(JSONValue.self, from: $0) } ?? .null
+    }
+}
