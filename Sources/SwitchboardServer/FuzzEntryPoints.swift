@@ -16,6 +16,11 @@ public enum FuzzEntryPoints {
         if case .signal(let signal)? = JSONText.parseRequest(bytes) {
             precondition(JSONText.parse(Array(signal.signal)) == JSONText.parse(bytes)?["data"]?["signal"], "a spliced signal differs")
         }
+        // The fast reader of signals (simdjson) and jansson's path agree on every signal it reads.
+        if let fast = SignalReader().read(bytes) {
+            guard case .signal(let slow)? = JSONText.parseRequest(bytes) else { preconditionFailure("simdjson read a signal jansson does not") }
+            precondition(fast.id == slow.id && fast.room == slow.room && fast.to == slow.to && fast.signal == slow.signal, "the readers differ")
+        }
         guard case .success(let request) = MessageCodec.parseRequest(bytes) else { return false }
         var accepted = false
         if let join: RoomJoinRequest = try? MessageCodec.data(of: bytes) {

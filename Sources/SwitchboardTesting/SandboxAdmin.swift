@@ -154,7 +154,7 @@ final class SandboxAdmin: HTTPServerHandler, @unchecked Sendable {
         guard let token = pendingSubscriptions.removeValue(forKey: connection) else { return }
         subscribers[token, default: []].insert(connection)
         tokenOfConnection[connection] = token
-        subscribedTokens.withLock { $0.insert(token) }
+        _ = subscribedTokens.withLock { $0.insert(token) }
         logger.debug("device subscribed", ["token": Redact.token(token)])
         // From now on pushes for the token reach it: said first, so a device can wait for it.
         server?.send(OutboundFrame(text: #"{"subscribed":true}"#), to: connection)

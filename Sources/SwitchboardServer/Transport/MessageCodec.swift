@@ -28,11 +28,13 @@ struct MessageCodec {
         return encoder
     }()
     private let decoder = JSONDecoder()
+    /// The relay's fast reader of signals (loop thread only, as the codec).
+    private let signals = SignalReader()
 
     // MARK: Reading
 
     func read(_ bytes: [UInt8]) -> Result<Message, Refusal> {
-        switch JSONText.parseRequest(bytes) {
+        switch JSONText.parseRequest(bytes, reader: signals) {
         case .signal(let signal)?: return .success(.signal(signal))
         case .value(let value)?: return Self.parseRequest(bytes, parsed: value).map { .request(id: $0.id, type: $0.type, object: $0.object) }
         case nil: return Self.parseRequest(bytes).map { .request(id: $0.id, type: $0.type, object: $0.object) }
@@ -89,6 +91,17 @@ struct MessageCodec {
 
     /// A reply or an event.
     func encode(_ envelope: Envelope) -> [UInt8]? {
+        if envelope.error == nil, envelope.data == nil, envelope.seq == nil, let id = envelope.id {
+            // A bare reply (the relay's `ok`): written directly, as the relay's events are.
+            var bytes = Array(#"{"type":"#.utf8) + JSONText.quoted(envelope.type) + Array(#","id":"#.utf8)
+            switch id {
+            case .string(let text): bytes += JSONText.quoted(text)
+            case .int(let number): bytes += Array(String(number).utf8)
+            default: return (try? encoder.encode(envelope)).map(Array.init)
+            }
+            bytes.append(0x7D)
+            return bytes
+        }
         if envelope.error == nil {
             var members: [(String, JSONValue)] = [("type", .string(envelope.type))]
             if let id = envelope.id { members.append(("id", id)) }
