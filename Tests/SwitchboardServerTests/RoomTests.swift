@@ -29,6 +29,16 @@ struct Peer {
         guard envelope.seq != nil else { throw UnexpectedMessage(description: "not an event: \(envelope)") }
         return envelope
     }
+
+    /// alice and bob in `room` on `server`, once alice has heard bob join.
+    static func pair(in room: String, on server: TestServer) async throws -> (alice: Peer, bob: Peer) {
+        let alice = try await Peer.connect(server, "alice")
+        let bob = try await Peer.connect(server, "bob")
+        try await alice.join(room)
+        try await bob.join(room)
+        _ = try await alice.event()
+        return (alice, bob)
+    }
 }
 
 func basicAuth(_ app: App) -> (String, String) {
@@ -233,11 +243,7 @@ func basicAuth(_ app: App) -> (String, String) {
     @Test func leavingTellsTheOthersAndEndsRelay() async throws {
         let server = try TestServer()
         defer { server.stop() }
-        let alice = try await Peer.connect(server, "alice")
-        let bob = try await Peer.connect(server, "bob")
-        try await alice.join("r")
-        try await bob.join("r")
-        _ = try await alice.event()
+        let (alice, bob) = try await Peer.pair(in: "r", on: server)
         #expect(try await bob.client.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: "r")).type == MessageType.ok)
         let left = try await alice.event()
         #expect(left.type == "room.peer_left")
@@ -341,11 +347,7 @@ func basicAuth(_ app: App) -> (String, String) {
     @Test func afterTheGracePeriodOthersHearDisconnectedAndResumeFails() async throws {
         let server = try TestServer { $0.limits.resumeGraceSeconds = 1 }
         defer { server.stop() }
-        let alice = try await Peer.connect(server, "alice")
-        let bob = try await Peer.connect(server, "bob")
-        try await alice.join("r")
-        try await bob.join("r")
-        _ = try await alice.event()
+        let (alice, bob) = try await Peer.pair(in: "r", on: server)
         bob.client.socket.close(code: 4000)
         let started = ContinuousClock.now
         let left = try await alice.event(timeout: .seconds(5))
@@ -378,11 +380,7 @@ func basicAuth(_ app: App) -> (String, String) {
     @Test func anAdminClosesARoomAndItsPeersHear() async throws {
         let server = try TestServer()
         defer { server.stop() }
-        let alice = try await Peer.connect(server, "alice")
-        let bob = try await Peer.connect(server, "bob")
-        try await alice.join("doomed")
-        try await bob.join("doomed")
-        _ = try await alice.event()
+        let (alice, bob) = try await Peer.pair(in: "doomed", on: server)
 
         // A user token without the admin grant may not.
         let denied = try await HTTPClient.request(
@@ -409,11 +407,7 @@ func basicAuth(_ app: App) -> (String, String) {
     @Test func serverDataAndKickFromTheRESTAPI() async throws {
         let server = try TestServer()
         defer { server.stop() }
-        let alice = try await Peer.connect(server, "alice")
-        let bob = try await Peer.connect(server, "bob")
-        try await alice.join("r")
-        try await bob.join("r")
-        _ = try await alice.event()
+        let (alice, bob) = try await Peer.pair(in: "r", on: server)
 
         let admin = ("Authorization", "Bearer " + server.token("ops", grants: Grants(admin: true)))
         let sent = try await HTTPClient.request(
