@@ -14,7 +14,7 @@ run: deps
 
 test: test-deps
 	$(SWIFT) build --build-tests
-	scripts/test-count.sh swift $(SWIFT) test
+	scripts/test-count.sh swift scripts/with-postgres.sh $(SWIFT) test
 	scripts/fuzz.sh replay
 	scripts/autobahn.sh .build/debug/switchboard $(VENV)
 	scripts/test-count.sh interop scripts/interop.sh .build/debug/switchboard $(VENV)
@@ -59,8 +59,8 @@ soak: deps
 # harness's own) are not leaks, and a report written to a pipe nobody reads yet blocks the child.
 # Deadline checks in the tests are stretched (SWITCHBOARD_TEST_SLOWDOWN) for the sanitizers' cost.
 test-sanitize: test-deps
-	ASAN_OPTIONS=detect_leaks=0 SWITCHBOARD_TEST_SLOWDOWN=5 $(SWIFT) test --sanitize=address --scratch-path .build/asan
-	SWITCHBOARD_TEST_SLOWDOWN=10 $(SWIFT) test --sanitize=thread --scratch-path .build/tsan
+	ASAN_OPTIONS=detect_leaks=0 SWITCHBOARD_TEST_SLOWDOWN=5 scripts/with-postgres.sh $(SWIFT) test --sanitize=address --scratch-path .build/asan
+	SWITCHBOARD_TEST_SLOWDOWN=10 scripts/with-postgres.sh $(SWIFT) test --sanitize=thread --scratch-path .build/tsan
 
 clean:
 	rm -rf .build

@@ -45,6 +45,11 @@ let package = Package(
         .systemLibrary(
             name: "CJansson", pkgConfig: "jansson",
             providers: [.apt(["libjansson-dev"]), .brew(["jansson"])]),
+        // PostgreSQL's own client, for the store on a shared database (issue: the store on
+        // PostgreSQL); blocking calls on the store's threads.
+        .systemLibrary(
+            name: "CLibPQ", pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"]), .brew(["libpq"])]),
         // The relay's reader of signal requests, in C++ over simdjson with a C face: it
         // validates a 300-byte signal in ~0.2 µs where jansson takes ~9 µs (BENCHMARKS.md,
         // relay); every other message still goes to jansson.
@@ -67,7 +72,7 @@ let package = Package(
             name: "SwitchboardSystem",
             dependencies: [
                 "SwitchboardProtocol", "SwitchboardSupport", "CLibWebSockets", "CCurl", "CCrypto", "CSQLite", "CJansson", "CSimdJSON",
-                "CShims",
+                "CLibPQ", "CShims",
             ]),
         // APNs: the notification model, Apple's reasons, provider tokens and the HTTP/2 client.
         .target(name: "SwitchboardPush", dependencies: ["SwitchboardSupport", "SwitchboardSystem"]),

@@ -5,9 +5,10 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -euo pipefail
 
-runtime=(pkg-config libwebsockets-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev libnghttp2-dev libjansson-dev libsimdjson-dev)
-# Real peers for the tests: coturn, Chromium and its driver, and the tools to isolate them.
-testing=(coturn chromium chromium-driver iproute2 util-linux)
+runtime=(pkg-config libwebsockets-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev libnghttp2-dev libjansson-dev libsimdjson-dev libpq-dev)
+# Real peers for the tests: coturn, Chromium and its driver, the tools to isolate them, and
+# PostgreSQL (scripts/with-postgres.sh starts one of its own on loopback).
+testing=(coturn chromium chromium-driver iproute2 util-linux postgresql)
 
 wanted=("${runtime[@]}")
 if [ "${1:-run}" = "test" ]; then

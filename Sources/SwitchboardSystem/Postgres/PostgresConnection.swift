@@ -1,0 +1,150 @@
+internal import CLibPQ
+import Foundation
+
+/// A PostgreSQL failure: the server's SQLSTATE and message, or why the connection failed.
+public struct PostgresError: Error, Sendable, CustomStringConvertible {
+    /// The SQLSTATE of an error the server reported (`23505`: a unique violation); nil when
+    /// there was no answer (the connection failed or was lost).
+    public var sqlState: String?
+    public var message: String
+
+    /// The server did not answer: it is down, restarting, or the connection was cut.
+    public var connectionLost: Bool { sqlState == nil || sqlState!.hasPrefix("08") || sqlState == "57P01" }
+    /// A unique or primary-key constraint refused the row.
+    public var uniqueViolation: Bool { sqlState == "23505" }
+
+    public var description: String { sqlState.map { "\(message) (SQLSTATE \($0))" } ?? message }
+}
+
+/// One connection to a PostgreSQL server through libpq. Calls block: they are for the store's
+/// own threads, never the event loop. One thread at a time.
+///
+/// Safety of `@unchecked Sendable`: the connection moves between threads but is used by one at
+/// a time (its owner's lock or queue); libpq allows that.
+public final class PostgresConnection: @unchecked Sendable {
+    private var connection: OpaquePointer?
+
+    /// Connects with a libpq connection string or URL (`postgres://user@host:port/db?sslmode=…`).
+    public init(url: String) throws(PostgresError) {
+        guard let connection = PQconnectdb(url) else { throw PostgresError(message: "out of memory connecting to PostgreSQL") }
+        guard PQstatus(connection) == CONNECTION_OK else {
+            let message = Self.text(PQerrorMessage(connection))
+            PQfinish(connection)
+            throw PostgresError(message: "cannot connect to PostgreSQL: \(message)")
+        }
+        self.connection = connection
+    }
+
+    deinit { close() }
+
+    public func close() {
+        if let connection { PQfinish(connection) }
+        connection = nil
+    }
+
+    /// Whether the connection is up, as libpq last saw it.
+    public var isConnected: Bool { connection.map { PQstatus($0) == CONNECTION_OK } ?? false }
+
+    /// Connects again on the same parameters (after the server went away). True when it is up.
+    @discardableResult
+    public func reconnect() -> Bool {
+        guard let connection else { return false }
+        PQreset(connection)
+        return PQstatus(connection) == CONNECTION_OK
+    }
+
+    /// The server's version number (150004 for 15.4).
+    public var serverVersion: Int { connection.map { Int(PQserverVersion($0)) } ?? 0 }
+
+    /// Runs statements without parameters or results (several, separated by `;`, in one call).
+    public func execute(_ sql: String) throws(PostgresError) {
+        _ = try run { PQexec($0, sql) }
+    }
+
+    /// Runs one statement with parameters `$1`, `$2`… and returns its rows. Values travel as
+    /// text; integers, floating-point numbers, booleans (as 0 or 1), text and `bytea` come back
+    /// typed.
+    public func query(_ sql: String, _ parameters: [SQLValue] = []) throws(PostgresError) -> [[SQLValue]] {
+        let texts: [String?] = parameters.map(Self.parameterText)
+        var pointers = texts.map { $0.flatMap { strdup($0) } }
+        defer { pointers.forEach { free($0) } }
+        return try pointers.withUnsafeMutableBufferPointer { buffer throws(PostgresError) -> [[SQLValue]] in
+            let values = UnsafeRawPointer(buffer.baseAddress).map { $0.assumingMemoryBound(to: UnsafePointer<CChar>?.self) }
+            return try run { PQexecParams($0, sql, Int32(texts.count), nil, values, nil, nil, 0) }
+        }
+    }
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    // MARK: Results
+
+    private func run(_ send: (OpaquePointer) -> OpaquePointer?) throws(PostgresError) -> [[SQLValue]] {
+        guard let connection else { throw PostgresError(message: "the PostgreSQL connection is closed") }
+        guard let result = send(connection) else {
+            throw PostgresError(message: "no answer from PostgreSQL: \(Self.text(PQerrorMessage(connection)))")
+        }
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_EMPTY_QUERY:
+            return []
+        case PGRES_TUPLES_OK:
+            return Self.rows(result)
+        default:
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let message = PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) }
+                ?? Self.text(PQerrorMessage(connection))
+            throw PostgresError(sqlState: state, message: message)
+        }
+    }
+
+    private static func rows(_ result: OpaquePointer) -> [[SQLValue]] {
+        let count = PQntuples(result), columns = PQnfields(result)
+        let types = (0..<columns).map { PQftype(result, $0) }
+        return (0..<count).map { row in
+            (0..<columns).map { column in
+                if PQgetisnull(result, row, column) != 0 { return .null }
+                let text = String(cString: PQgetvalue(result, row, column))
+                switch types[Int(column)] {
+                case 20, 21, 23: return Int64(text).map(SQLValue.integer) ?? .text(text)  // int8, int2, int4
+                case 700, 701, 1700: return Double(text).map(SQLValue.real) ?? .text(text)  // float4, float8, numeric
+                case 16: return .integer(text == "t" ? 1 : 0)  // bool
+                case 17: return .blob(bytes(ofBytea: PQgetvalue(result, row, column)))
+                default: return .text(text)
+                }
+            }
+        }
+    }
+
+    private static func bytes(ofBytea text: UnsafePointer<CChar>?) -> [UInt8] {
+        guard let text else { return [] }
+        var length = 0
+        guard let raw = text.withMemoryRebound(to: UInt8.self, capacity: 1, { PQunescapeBytea($0, &length) }) else { return [] }
+        defer { PQfreemem(raw) }
+        return Array(UnsafeBufferPointer(start: raw, count: length))
+    }
+
+    private static func parameterText(_ value: SQLValue) -> String? {
+        switch value {
+        case .null: nil
+        case .integer(let number): String(number)
+        case .real(let number): "\(number)"
+        case .text(let text): text
+        case .blob(let bytes): "\\x" + bytes.map { String(format: "%02x", $0) }.joined()
+        }
+    }
+
+    private static func text(_ pointer: UnsafePointer<CChar>?) -> String {
+        pointer.map { String(cString: $0).trimmingCharacters(in: .whitespacesAndNewlines) } ?? ""
+    }
+}

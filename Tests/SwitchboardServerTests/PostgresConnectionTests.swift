@@ -1,0 +1,104 @@
+import Foundation
+import SwitchboardSupport
+import SwitchboardSystem
+import Testing
+
+/// The PostgreSQL `scripts/with-postgres.sh` started for this run (`make test` does), if any.
+enum TestPostgres {
+    static let url = ProcessInfo.processInfo.environment["SWITCHBOARD_TEST_POSTGRES_URL"]
+    /// Set by the script: without a server the PostgreSQL tests fail instead of being skipped.
+    static let required = ProcessInfo.processInfo.environment["SWITCHBOARD_TEST_POSTGRES_REQUIRED"] == "1"
+    static var runs: Bool { url != nil || required }
+    static let skipReason: Comment = "needs PostgreSQL: run through scripts/with-postgres.sh (make test does)"
+
+    /// A database of its own for one test, on the run's server; `drop` removes it.
+    static func database() throws -> (url: String, drop: @Sendable () -> Void) {
+        let admin = try #require(url, "SWITCHBOARD_TEST_POSTGRES_URL is not set: run through scripts/with-postgres.sh")
+        let name = "t_" + RandomID.alphanumeric(12).lowercased()
+        try PostgresConnection(url: admin).execute("CREATE DATABASE \(name)")
+        let own = String(admin[..<admin.lastIndex(of: "/")!]) + "/" + name
+        return (own, { try? PostgresConnection(url: admin).execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") })
+    }
+}
+
+/// libpq through `PostgresConnection`, against a real PostgreSQL 15 on loopback.
+@Suite(.enabled(if: TestPostgres.runs, TestPostgres.skipReason), .timeLimit(.minutes(3)))
+struct PostgresConnectionTests {
+    @Test func valuesTravelAsParametersAndComeBackTyped() throws {
+        let (url, drop) = try TestPostgres.database()
+        defer { drop() }
+        let db = try PostgresConnection(url: url)
+        #expect(db.serverVersion >= 150_000)
+        try db.execute("CREATE TABLE t (i BIGINT, r DOUBLE PRECISION, s TEXT, b BYTEA, f BOOLEAN, n TEXT)")
+        let text = "it's \"quoted\"; DROP TABLE t; -- é😀"
+        try db.execute("SELECT 1")
+        _ = try db.query(
+            "INSERT INTO t VALUES ($1, $2, $3, $4, $5::boolean, $6)",
+            [.integer(Int64.min), .real(2.5), .text(text), .blob([0, 1, 0xFF]), .integer(1), .null])
+        let rows = try db.query("SELECT i, r, s, b, f, n FROM t")
+        #expect(rows == [[.integer(Int64.min), .real(2.5), .text(text), .blob([0, 1, 0xFF]), .integer(1), .null]])
+        #expect(try db.query("SELECT count(*) FROM t WHERE s = $1", [.text(text)]) == [[.integer(1)]], "a parameter is never SQL")
+    }
+
+    @Test func errorsCarryTheirSQLStateAndLeaveTheConnectionUsable() throws {
+        let (url, drop) = try TestPostgres.database()
+        defer { drop() }
+        let db = try PostgresConnection(url: url)
+        try db.execute("CREATE TABLE devices (id TEXT PRIMARY KEY)")
+        _ = try db.query("INSERT INTO devices VALUES ($1)", [.text("a")])
+        do {
+            _ = try db.query("INSERT INTO devices VALUES ($1)", [.text("a")])
+            Issue.record("a second row with the same key was taken")
+        } catch {
+            #expect(error.uniqueViolation, "\(error)")
+            #expect(!error.connectionLost)
+        }
+        #expect(throws: PostgresError.self) { try db.execute("SELEKT 1") }
+        #expect(try db.query("SELECT count(*) FROM devices") == [[.integer(1)]])
+    }
+
+    @Test func aTransactionIsWholeOrNothing() throws {
+        let (url, drop) = try TestPostgres.database()
+        defer { drop() }
+        let db = try PostgresConnection(url: url)
+        try db.execute("CREATE TABLE calls (id TEXT PRIMARY KEY)")
+        struct Abandoned: Error {}
+        #expect(throws: Abandoned.self) {
+            try db.transaction {
+                _ = try db.query("INSERT INTO calls VALUES ('one')")
+                throw Abandoned()
+            }
+        }
+        try db.transaction { _ = try db.query("INSERT INTO calls VALUES ('two')") }
+        #expect(try db.query("SELECT id FROM calls") == [[.text("two")]])
+    }
+
+    /// A connection the server cuts fails its next query as lost, and comes back on reconnect.
+    @Test func aCutConnectionIsSeenAsLostAndReconnects() throws {
+        let (url, drop) = try TestPostgres.database()
+        defer { drop() }
+        let db = try PostgresConnection(url: url)
+        let pid = try #require(try db.query("SELECT pg_backend_pid()").first?.first?.int64)
+        let other = try PostgresConnection(url: url)
+        #expect(try other.query("SELECT pg_terminate_backend($1::integer)", [.integer(pid)]) == [[.integer(1)]])
+        do {
+            _ = try db.query("SELECT 1")
+            Issue.record("a query on a terminated connection succeeded")
+        } catch {
+            #expect(error.connectionLost, "\(error)")
+        }
+        #expect(db.reconnect())
+        #expect(try db.query("SELECT 1") == [[.integer(1)]])
+    }
+
+    @Test func aServerThatIsNotThereIsACleanError() throws {
+        let port = try #require(ReservedPort(on: ["127.0.0.1"]))
+        do {
+            _ = try PostgresConnection(url: "postgres://sb@127.0.0.1:\(port.port)/postgres?connect_timeout=2")
+            Issue.record("connected to nothing")
+        } catch {
+            #expect(error.connectionLost)
+            #expect(error.description.contains("cannot connect to PostgreSQL"))
+        }
+    }
+}

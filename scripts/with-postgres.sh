@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# scripts/with-postgres.sh COMMAND...: runs COMMAND with a PostgreSQL 15 of its own, on
+# 127.0.0.1 and a free port, its files in a temporary folder; stops and removes it afterwards.
+# COMMAND sees SWITCHBOARD_TEST_POSTGRES_URL (a superuser `sb`, database `postgres`) and
+# SWITCHBOARD_TEST_POSTGRES_REQUIRED=1 (the PostgreSQL tests fail, not skip, without a server).
+# PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
+set -euo pipefail
+bin="${POSTGRES_BIN:-/usr/lib/postgresql/15/bin}"
+[ -x "$bin/initdb" ] || { echo "with-postgres: no PostgreSQL 15 in $bin (scripts/deps.sh test installs it)" >&2; exit 1; }
+dir="$(mktemp -d /tmp/switchboard-pg.XXXXXX)"
+as_owner=()
+if [ "$(id -u)" -eq 0 ]; then
+  chown postgres "$dir"
+  as_owner=(runuser -u postgres --)
+fi
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+stop() {
+  "${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf "$dir"
+}
+trap stop EXIT
+"${as_owner[@]}" "$bin/initdb" -D "$dir/data" -A trust -U sb --no-sync >"$dir/initdb.log" 2>&1 \
+  || { cat "$dir/initdb.log" >&2; exit 1; }
+# fsync off: the tests' data does not outlive the run; durability across a killed server still
+# holds (the WAL is in the page cache), a machine crash is not tested.
+"${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null \
+  || { cat "$dir/server.log" >&2; exit 1; }
+export SWITCHBOARD_TEST_POSTGRES_URL="postgres://sb@127.0.0.1:$port/postgres"
+export SWITCHBOARD_TEST_POSTGRES_REQUIRED=1
+echo "with-postgres: PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
+"$@"
