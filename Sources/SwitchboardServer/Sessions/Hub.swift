@@ -376,9 +376,14 @@ final class Hub: @unchecked Sendable {
             return
         }
         reply(.ok(id: request.id, data: nil), to: session)
-        var data = Array(#"{"room":"#.utf8) + JSONText.quoted(request.room) + Array(#","from":"#.utf8) + JSONText.quoted(session.peerID)
-        data += Array(#","signal":"#.utf8)
-        data += request.signal
+        var data: [UInt8] = []
+        data.reserveCapacity(request.signal.count + request.room.utf8.count + session.peerID.utf8.count + 32)
+        data.append(contentsOf: #"{"room":"#.utf8)
+        JSONText.appendQuoted(request.room, to: &data)
+        data.append(contentsOf: #","from":"#.utf8)
+        JSONText.appendQuoted(session.peerID, to: &data)
+        data.append(contentsOf: #","signal":"#.utf8)
+        data.append(contentsOf: request.signal)
         data.append(0x7D)
         delivery.deliver(OutgoingEvent(type: MessageType.signal, data: .encoded(data)), toPeer: recipient)
     }

@@ -93,10 +93,14 @@ struct MessageCodec {
     func encode(_ envelope: Envelope) -> [UInt8]? {
         if envelope.error == nil, envelope.data == nil, envelope.seq == nil, let id = envelope.id {
             // A bare reply (the relay's `ok`): written directly, as the relay's events are.
-            var bytes = Array(#"{"type":"#.utf8) + JSONText.quoted(envelope.type) + Array(#","id":"#.utf8)
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(48)
+            bytes.append(contentsOf: #"{"type":"#.utf8)
+            JSONText.appendQuoted(envelope.type, to: &bytes)
+            bytes.append(contentsOf: #","id":"#.utf8)
             switch id {
-            case .string(let text): bytes += JSONText.quoted(text)
-            case .int(let number): bytes += Array(String(number).utf8)
+            case .string(let text): JSONText.appendQuoted(text, to: &bytes)
+            case .int(let number): bytes.append(contentsOf: String(number).utf8)
             default: return (try? encoder.encode(envelope)).map(Array.init)
             }
             bytes.append(0x7D)
@@ -117,9 +121,14 @@ struct MessageCodec {
         switch event.data {
         case .value(let data): return encode(Envelope(type: event.type, seq: seq, data: data))
         case .encoded(let data):
-            var frame = Array(#"{"type":"#.utf8) + JSONText.quoted(event.type) + Array(#","seq":"#.utf8)
-            frame += Array(String(seq).utf8) + Array(#","data":"#.utf8)
-            frame += data
+            var frame: [UInt8] = []
+            frame.reserveCapacity(data.count + event.type.utf8.count + 40)
+            frame.append(contentsOf: #"{"type":"#.utf8)
+            JSONText.appendQuoted(event.type, to: &frame)
+            frame.append(contentsOf: #","seq":"#.utf8)
+            frame.append(contentsOf: String(seq).utf8)
+            frame.append(contentsOf: #","data":"#.utf8)
+            frame.append(contentsOf: data)
             frame.append(0x7D)
             return frame
         }

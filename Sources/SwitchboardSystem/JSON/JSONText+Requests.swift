@@ -64,8 +64,22 @@ extension JSONText {
     /// `text` as a JSON string literal, quotes included (RFC 8259 7: quote, backslash and
     /// control characters escaped; everything else, slashes included, as is).
     public static func quoted(_ text: String) -> [UInt8] {
-        var out: [UInt8] = [0x22]
-        out.reserveCapacity(text.utf8.count + 2)
+        var out: [UInt8] = []
+        appendQuoted(text, to: &out)
+        return out
+    }
+
+    /// Appends `text` as a JSON string literal (`quoted`) to `out`.
+    public static func appendQuoted(_ text: String, to out: inout [UInt8]) {
+        // Most names need no escape: one copy of the bytes.
+        if text.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x22 && $0 != 0x5C }) {
+            out.append(0x22)
+            out.append(contentsOf: text.utf8)
+            out.append(0x22)
+            return
+        }
+        out.reserveCapacity(out.count + text.utf8.count + 2)
+        out.append(0x22)
         for byte in text.utf8 {
             switch byte {
             case 0x22: out += [0x5C, 0x22]
@@ -80,7 +94,6 @@ extension JSONText {
             }
         }
         out.append(0x22)
-        return out
     }
 }
 
