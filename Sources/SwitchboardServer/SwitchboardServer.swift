@@ -58,7 +58,9 @@ public final class SwitchboardServer: Sendable {
                 description: "another switchboard serve is using the data directory '\(directory)' (\(holder)): stop it, or give this one its own --data-dir")
         }
         let metrics = Metrics()
-        let store = try Store(directory: directory, metrics: metrics, logger: logger, backlogLimit: configuration.limits.storeBacklogWrites)
+        let store = try Store.open(
+            url: configuration.storeURL, directory: directory, metrics: metrics, logger: logger,
+            backlogLimit: configuration.limits.storeBacklogWrites)
         let server: SwitchboardServer
         do {
             let interrupted = try store.failInterruptedCalls(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))

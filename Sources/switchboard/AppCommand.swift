@@ -22,18 +22,20 @@ enum AppCommand {
           --name NAME            The app's name.
           --bundle-id BUNDLE_ID  The iOS bundle id (VoIP pushes go to BUNDLE_ID.voip).
           --data-dir DIR         The server's data directory (default ./data, env SWITCHBOARD_DATA_DIR).
+          --store-url URL        The store's PostgreSQL database instead (env SWITCHBOARD_STORE_URL).
           --help                 Show this help.
         """
 
     static func run(_ arguments: [String]) throws -> Int32 {
         let parsed = try Arguments(
-            arguments, valued: ["name", "bundle-id", "data-dir", "api-key", "key-file", "key-id", "team-id", "cert-file", "cert-key", "password"])
+            arguments, valued: ["name", "bundle-id", "data-dir", "store-url", "api-key", "key-file", "key-id", "team-id", "cert-file", "cert-key", "password"])
         if parsed.has("help") || parsed.positionals.isEmpty {
             print(help)
             return parsed.has("help") ? 0 : 2
         }
         try parsed.rejectUnknownFlags(["help"])
         let dataDirectory = parsed.value("data-dir") ?? ProcessInfo.processInfo.environment["SWITCHBOARD_DATA_DIR"] ?? "./data"
+        let storeURL = parsed.value("store-url") ?? ProcessInfo.processInfo.environment["SWITCHBOARD_STORE_URL"]
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .iso8601
@@ -45,14 +47,14 @@ enum AppCommand {
             guard bundleID.range(of: #"^[A-Za-z0-9\-]+(\.[A-Za-z0-9\-]+)+$"#, options: .regularExpression) != nil else {
                 throw UsageError("--bundle-id must look like com.example.app")
             }
-            let store = try Store(directory: dataDirectory)
+            let store = try Store.open(url: storeURL, directory: dataDirectory)
             defer { store.close() }
             let app = App.make(name: name, bundleID: bundleID)
             try store.insert(app)
             print(String(decoding: try encoder.encode(app), as: UTF8.self))
             return 0
         case "list":
-            let store = try Store(directory: dataDirectory)
+            let store = try Store.open(url: storeURL, directory: dataDirectory)
             defer { store.close() }
             let apps = try store.allApps().map { app -> App in
                 var redacted = app
@@ -62,7 +64,7 @@ enum AppCommand {
             print(String(decoding: try encoder.encode(apps), as: UTF8.self))
             return 0
         case "push-key":
-            let store = try Store(directory: dataDirectory)
+            let store = try Store.open(url: storeURL, directory: dataDirectory)
             defer { store.close() }
             let apiKey = try parsed.required("api-key")
             guard let app = store.app(apiKey: apiKey) else { throw UsageError("no app with API key \(apiKey)") }
@@ -74,7 +76,7 @@ enum AppCommand {
             print("APNs key \(try parsed.required("key-id")) set for \(app.name) (\(app.id))")
             return 0
         case "push-cert":
-            let store = try Store(directory: dataDirectory)
+            let store = try Store.open(url: storeURL, directory: dataDirectory)
             defer { store.close() }
             let apiKey = try parsed.required("api-key")
             guard let app = store.app(apiKey: apiKey) else { throw UsageError("no app with API key \(apiKey)") }

@@ -17,17 +17,19 @@ enum TokenCommand {
                              call, admin. Example: --grant room=team-* --grant roomJoin --grant call
           --ttl SECONDS      Lifetime (default 3600).
           --data-dir DIR     The server's data directory (default ./data, env SWITCHBOARD_DATA_DIR).
+          --store-url URL    The store's PostgreSQL database instead (env SWITCHBOARD_STORE_URL).
           --help             Show this help.
         """
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let parsed = try Arguments(arguments, valued: ["api-key", "identity", "name", "grant", "ttl", "data-dir"])
+        let parsed = try Arguments(arguments, valued: ["api-key", "identity", "name", "grant", "ttl", "data-dir", "store-url"])
         if parsed.has("help") {
             print(help)
             return 0
         }
         try parsed.rejectUnknownFlags(["help"])
         let dataDirectory = parsed.value("data-dir") ?? ProcessInfo.processInfo.environment["SWITCHBOARD_DATA_DIR"] ?? "./data"
+        let storeURL = parsed.value("store-url") ?? ProcessInfo.processInfo.environment["SWITCHBOARD_STORE_URL"]
         let identity = try parsed.required("identity")
         guard identity.utf8.count <= 256 else { throw UsageError("--identity is longer than 256 bytes") }
         let ttl = Int(parsed.value("ttl") ?? "3600") ?? -1
@@ -45,7 +47,7 @@ enum TokenCommand {
             }
         }
 
-        let store = try Store(directory: dataDirectory)
+        let store = try Store.open(url: storeURL, directory: dataDirectory)
         defer { store.close() }
         let app: App
         if let key = parsed.value("api-key") {

@@ -13,7 +13,9 @@ final class CallFixture: Sendable {
     let directory: String
 
     /// `certificate`: the app authenticates to APNs with a client certificate instead of a key.
-    init(certificate: Bool = false, _ configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in }) throws {
+    init(
+        certificate: Bool = false, engine: StoreEngine = .sqlite, _ configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in }
+    ) throws {
         directory = try makeTemporaryDirectory()
         let key = try ECPrivateKey.generate()
         var sandboxConfiguration = APNsSandbox.Configuration()
@@ -28,7 +30,7 @@ final class CallFixture: Sendable {
         }
         let sandbox = try APNsSandbox(configuration: sandboxConfiguration, logger: Logger(minimumLevel: .error))
         self.sandbox = sandbox
-        server = try TestServer {
+        server = try TestServer(engine: engine) {
             $0.apnsURL = sandbox.url
             $0.apnsCAFile = sandbox.certificatePath
             configure(&$0)
@@ -142,8 +144,9 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
 }
 
 @Suite(.timeLimit(.minutes(3))) struct CallTests {
-    @Test func aOneToOneCallRingsEveryDeviceAndTheFirstAnswerWins() async throws {
-        let fixture = try CallFixture()
+    @Test(arguments: StoreEngine.available)
+    func aOneToOneCallRingsEveryDeviceAndTheFirstAnswerWins(engine: StoreEngine) async throws {
+        let fixture = try CallFixture(engine: engine)
         defer { fixture.stop() }
         let phone = try await fixture.registerPhone("bob", device: "b-phone", seed: 1)
         let tablet = try await fixture.registerPhone("bob", device: "b-ipad", seed: 2)
@@ -258,8 +261,9 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(calls.first?["outcome"] == "declined")
     }
 
-    @Test func aCancelledCallRingsNoMoreAndLeavesAMissedCallAlert() async throws {
-        let fixture = try CallFixture()
+    @Test(arguments: StoreEngine.available)
+    func aCancelledCallRingsNoMoreAndLeavesAMissedCallAlert(engine: StoreEngine) async throws {
+        let fixture = try CallFixture(engine: engine)
         defer { fixture.stop() }
         let phone = try await fixture.registerPhone("bob", device: "b-phone", seed: 11)
         let alice = try await fixture.connect("alice", device: "a")
@@ -345,8 +349,9 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
     }
 
     /// Covers: limit:invites_per_pair_per_minute
-    @Test func blockedAndRateLimitedCallersRingNobody() async throws {
-        let fixture = try CallFixture { $0.limits.invitesPerPairPerMinute = 2 }
+    @Test(arguments: StoreEngine.available)
+    func blockedAndRateLimitedCallersRingNobody(engine: StoreEngine) async throws {
+        let fixture = try CallFixture(engine: engine) { $0.limits.invitesPerPairPerMinute = 2 }
         defer { fixture.stop() }
         try await fixture.registerPhone("bob", device: "b-phone", seed: 41)
         let block = try await HTTPClient.request(
@@ -375,8 +380,9 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         #expect(try await noGrant.request(MessageType.callCreate, encoding: CallCreateRequest(callees: ["bob"])).error?.code == .forbidden)
     }
 
-    @Test func aLateDeviceLearnsTheCallEndedAndARetriedCreateMakesOneCall() async throws {
-        let fixture = try CallFixture()
+    @Test(arguments: StoreEngine.available)
+    func aLateDeviceLearnsTheCallEndedAndARetriedCreateMakesOneCall(engine: StoreEngine) async throws {
+        let fixture = try CallFixture(engine: engine)
         defer { fixture.stop() }
         try await fixture.registerPhone("bob", device: "b-phone", seed: 61)
         let alice = try await fixture.connect("alice", device: "a")
@@ -399,10 +405,18 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
     /// `switchboard serve` killed with SIGKILL (no shutdown code runs) with one call ringing and
     /// one answered: started again on its data directory, it ends both as failed /
     /// server_restart, in the call state and in every participant's history.
-    @Test func aRestartEndsCallsInFlightAsFailedAndLosesNoHistory() async throws {
+    @Test(arguments: StoreEngine.available)
+    func aRestartEndsCallsInFlightAsFailedAndLosesNoHistory(engine: StoreEngine) async throws {
         let directory = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let arguments = ["serve", "--port", "0", "--data-dir", directory, "--web-root", repositoryRoot + "/web"]
+        var arguments = ["serve", "--port", "0", "--data-dir", directory, "--web-root", repositoryRoot + "/web"]
+        var dropDatabase: @Sendable () -> Void = {}
+        defer { dropDatabase() }
+        if engine == .postgres {
+            let database = try TestPostgres.database()
+            dropDatabase = database.drop
+            arguments += ["--store-url", database.url]
+        }
         let first = try ToolProcess(arguments)
         defer { first.stopNow() }
         let port = try await first.waitForPort()
@@ -576,8 +590,9 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
         try await fixture.registerPhone("bob", device: "one", seed: 3)  // the limit is per user
     }
 
-    @Test func devicesAreListedWithTokensRedactedAndTokensMoveBetweenUsers() async throws {
-        let fixture = try CallFixture()
+    @Test(arguments: StoreEngine.available)
+    func devicesAreListedWithTokensRedactedAndTokensMoveBetweenUsers(engine: StoreEngine) async throws {
+        let fixture = try CallFixture(engine: engine)
         defer { fixture.stop() }
         let phone = try await fixture.registerPhone("bob", device: "shared", seed: 51)
         let list = try await fixture.get("/v1/devices", as: "bob")

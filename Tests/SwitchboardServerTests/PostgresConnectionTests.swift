@@ -82,7 +82,7 @@ struct PostgresConnectionTests {
         let other = try PostgresConnection(url: url)
         #expect(try other.query("SELECT pg_terminate_backend($1::integer)", [.integer(pid)]) == [[.integer(1)]])
         do {
-            _ = try db.query("SELECT 1")
+            _ = try db.query("SELECT 1", [])
             Issue.record("a query on a terminated connection succeeded")
         } catch {
             #expect(error.connectionLost, "\(error)")

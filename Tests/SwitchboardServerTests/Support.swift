@@ -15,10 +15,21 @@ final class TestServer: Sendable {
     let server: SwitchboardServer
     let app: App
     let dataDirectory: String
+    /// Drops the PostgreSQL database of a server whose store is there.
+    private let dropDatabase: @Sendable () -> Void
 
-    init(_ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
+    /// `engine`: where the store is, SQLite in the data directory or a PostgreSQL database of
+    /// its own on the run's server (`StoreEngine`).
+    init(engine: StoreEngine = .sqlite, _ configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
         dataDirectory = try makeTemporaryDirectory()
         var configuration = ServerConfiguration()
+        if engine == .postgres {
+            let database = try TestPostgres.database()
+            configuration.storeURL = database.url
+            dropDatabase = database.drop
+        } else {
+            dropDatabase = {}
+        }
         configuration.port = 0
         configuration.dataDirectory = dataDirectory
         configuration.webRoot = repositoryRoot + "/web"
@@ -43,6 +54,7 @@ final class TestServer: Sendable {
     func stop() {
         server.shutdown()
         try? FileManager.default.removeItem(atPath: dataDirectory)
+        dropDatabase()
     }
 }
 

@@ -13,6 +13,9 @@ public struct ServerConfiguration: Sendable {
     public var port = 8080
     /// Where the SQLite file lives.
     public var dataDirectory = "./data"
+    /// The PostgreSQL database of the store (`postgres://user@host:port/db?…`); nil: SQLite
+    /// in `dataDirectory`.
+    public var storeURL: String?
     /// The folder of the web client's static files.
     public var webRoot = "./web"
     public var logLevel = Logger.Level.info
@@ -132,6 +135,13 @@ public struct ServerConfiguration: Sendable {
         string("host", "Address to listen on.", \.host),
         int("port", "TCP port to listen on (0 picks a free one).", 0...65535, \.port),
         string("data_dir", "Directory of the SQLite store.", \.dataDirectory),
+        Setting(name: "store_url", summary: "The store's PostgreSQL database (postgres://user@host:port/db?...); none: SQLite in data_dir.") {
+            config, text in
+            guard text.hasPrefix("postgres://") || text.hasPrefix("postgresql://") else {
+                throw InvalidSetting(name: "store_url", value: Store.withoutPassword(text), expected: "a postgres:// URL")
+            }
+            config.storeURL = text
+        },
         string("web_root", "Directory of the web client's static files.", \.webRoot),
         Setting(name: "log_level", summary: "Lowest level logged: debug, info, warn, error.") { config, text in
             guard let level = Logger.Level(name: text) else {
@@ -240,7 +250,7 @@ public struct ServerConfiguration: Sendable {
         let defaults = ServerConfiguration()
         let limits = defaults.limits
         return [
-            "host": defaults.host, "port": String(defaults.port), "data_dir": defaults.dataDirectory,
+            "host": defaults.host, "port": String(defaults.port), "data_dir": defaults.dataDirectory, "store_url": "none",
             "web_root": defaults.webRoot, "log_level": defaults.logLevel.name, "log_repeat_limit": String(defaults.logRepeatLimit),
             "enable_echo": "false",
             "public_url": "http://host:port/",

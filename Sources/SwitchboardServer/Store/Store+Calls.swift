@@ -47,13 +47,17 @@ extension Store {
     /// One participant's history entry (written again if the call's entry exists).
     static func insertHistory(
         appID: String, user: String, callID: String, direction: String, peers: [String], video: Bool, createdAt: Int64,
-        answeredAt: Int64?, endedAt: Int64, outcome: String, endReason: String?, endedBy: String?, in database: SQLiteDatabase
+        answeredAt: Int64?, endedAt: Int64, outcome: String, endReason: String?, endedBy: String?, in database: any SQLDatabase
     ) throws {
         try database.query(
             """
-            INSERT OR REPLACE INTO call_history (app_id, user_id, call_id, direction, peers, video, created_at,
+            INSERT INTO call_history (app_id, user_id, call_id, direction, peers, video, created_at,
                 answered_at, ended_at, duration_ms, outcome, end_reason, ended_by)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (app_id, user_id, call_id) DO UPDATE SET direction = excluded.direction, peers = excluded.peers,
+                video = excluded.video, created_at = excluded.created_at, answered_at = excluded.answered_at,
+                ended_at = excluded.ended_at, duration_ms = excluded.duration_ms, outcome = excluded.outcome,
+                end_reason = excluded.end_reason, ended_by = excluded.ended_by
             """,
             [.text(appID), .text(user), .text(callID), .text(direction),
              .text(String(decoding: try JSONEncoder().encode(peers), as: UTF8.self)), .integer(video ? 1 : 0),
@@ -113,7 +117,7 @@ extension Store {
         return try write { database in try Self.endInterruptedCalls(database, except: owner, nowMillis: nowMillis) }
     }
 
-    private static func endInterruptedCalls(_ database: SQLiteDatabase, except owner: String, nowMillis: Int64) throws -> Int {
+    private static func endInterruptedCalls(_ database: any SQLDatabase, except owner: String, nowMillis: Int64) throws -> Int {
         let rows = try database.query(
             "SELECT id, app_id, caller, callees, summary FROM calls WHERE state != 'ended' AND (owner IS NULL OR owner != ?)",
             [.text(owner)])

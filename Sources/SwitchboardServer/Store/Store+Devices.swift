@@ -118,7 +118,7 @@ extension Store {
     }
 
     /// Records a (re)registration of `token`; a disabled token becomes active again.
-    static func upsertPushToken(_ token: String, appID: String, kind: String, atMillis: Int64, in database: SQLiteDatabase) throws {
+    static func upsertPushToken(_ token: String, appID: String, kind: String, atMillis: Int64, in database: any SQLDatabase) throws {
         try database.query(
             """
             INSERT INTO push_tokens (token, app_id, kind, registered_at) VALUES (?, ?, ?, ?)
@@ -128,7 +128,7 @@ extension Store {
     }
 
     /// Whether a token is active (nil when unknown).
-    private func pushTokenRecord(_ token: String, _ database: SQLiteDatabase) throws -> Bool? {
+    private func pushTokenRecord(_ token: String, _ database: any SQLDatabase) throws -> Bool? {
         try database.query("SELECT disabled_at FROM push_tokens WHERE token = ?", [.text(token)]).first.map { $0[0] == .null }
     }
 }

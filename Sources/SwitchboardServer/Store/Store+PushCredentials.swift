@@ -21,8 +21,11 @@ extension Store {
         _ = try write { database in
             try database.query(
                 """
-                INSERT OR REPLACE INTO app_push (app_id, kind, key_pem, key_id, team_id, certificate_pem, certificate_password, updated_at)
+                INSERT INTO app_push (app_id, kind, key_pem, key_id, team_id, certificate_pem, certificate_password, updated_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (app_id) DO UPDATE SET kind = excluded.kind, key_pem = excluded.key_pem, key_id = excluded.key_id,
+                    team_id = excluded.team_id, certificate_pem = excluded.certificate_pem,
+                    certificate_password = excluded.certificate_password, updated_at = excluded.updated_at
                 """, row)
         }
     }
@@ -51,7 +54,10 @@ extension Store {
     public func setProviderToken(_ jwt: String, issuedAt: Date, keyID: String, teamID: String) throws {
         _ = try write { database in
             try database.query(
-                "INSERT OR REPLACE INTO provider_tokens (key_id, team_id, jwt, issued_at) VALUES (?, ?, ?, ?)",
+                """
+                INSERT INTO provider_tokens (key_id, team_id, jwt, issued_at) VALUES (?, ?, ?, ?)
+                ON CONFLICT (key_id, team_id) DO UPDATE SET jwt = excluded.jwt, issued_at = excluded.issued_at
+                """,
                 [.text(keyID), .text(teamID), .text(jwt), .integer(Int64(issuedAt.timeIntervalSince1970))])
         }
     }

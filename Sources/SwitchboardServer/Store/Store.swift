@@ -4,7 +4,8 @@ import Foundation
 import SwitchboardSystem
 import SwitchboardSupport
 
-/// The embedded store: one SQLite file in WAL mode under the data directory.
+/// The store, on one of two engines with one schema: an SQLite file in WAL mode under the data
+/// directory (the embedded default), or a PostgreSQL database (`Store(postgres:)`).
 ///
 /// One writer: every write runs on the store's serial queue with the single write connection.
 /// Reads that must not wait behind writes use a second connection. Apps are cached in memory,
@@ -124,13 +125,23 @@ public final class Store: Sendable {
         """,
     ]
 
+    /// Which database the store runs on.
+    public enum Engine: Sendable, Equatable {
+        case sqlite
+        case postgres
+    }
+
+    public let engine: Engine
+    /// The SQLite file, or the PostgreSQL URL without its password.
     public let path: String
+    /// Opens both connections again (after the storage came back).
+    private let reopen: @Sendable () throws -> (writer: any SQLDatabase, reader: any SQLDatabase)
     /// Queued writes kept while the storage refuses them (at most this many; the oldest go first).
     public let backlogLimit: Int
     /// The server process writing through this store: its calls are saved with it as their owner.
     public let owner: String
-    private let writer: Locked<SQLiteDatabase?>
-    private let reader: Locked<SQLiteDatabase?>
+    private let writer: Locked<(any SQLDatabase)?>
+    private let reader: Locked<(any SQLDatabase)?>
     private let queue = DispatchQueue(label: "switchboard.store.writer")
     /// Where `perform` runs the server's requests: never its event loop.
     private let requests = DispatchQueue(label: "switchboard.store.requests")
@@ -141,9 +152,9 @@ public final class Store: Sendable {
     /// Writes the storage refused (disk full, read-only), in order, and why. While it holds any,
     /// or `problem` is set, the store is not writable; a retry every second drains it.
     private struct Backlog {
-        var writes: [(what: String, body: @Sendable (SQLiteDatabase) throws -> Void)] = []
+        var writes: [(what: String, body: @Sendable (any SQLDatabase) throws -> Void)] = []
         /// The last refusal while the storage refuses writes.
-        var problem: SQLiteError?
+        var problem: StorageRefusal?
         var retryScheduled = false
         var dropped = 0
         var closed = false
@@ -152,38 +163,85 @@ public final class Store: Sendable {
 
     /// Opens or creates `switchboard.db` in `directory`, migrating it to the current schema.
     /// `owner` names the process (see `failInterruptedCalls`).
-    public init(
+    public convenience init(
         directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), backlogLimit: Int = 10_000,
         owner: String = "p_" + RandomID.alphanumeric(12)
     ) throws {
-        self.backlogLimit = backlogLimit
-        self.owner = owner
         try Files.createDirectory(directory)
-        path = (directory as NSString).appendingPathComponent("switchboard.db")
-        self.metrics = metrics
-        self.logger = logger
-        let database: SQLiteDatabase
-        let loaded: [App]
+        let path = (directory as NSString).appendingPathComponent("switchboard.db")
         do {
-            database = try Self.openWriter(path)
-            try Self.migrate(database, logger: logger)
-            loaded = try Self.loadApps(database)
-            reader = Locked(try SQLiteDatabase(path: path, readOnly: true))
+            try self.init(
+                engine: .sqlite, path: path, metrics: metrics, logger: logger, backlogLimit: backlogLimit, owner: owner,
+                open: { (try Self.openWriter(path), try SQLiteDatabase(path: path, readOnly: true)) })
         } catch let error as SQLiteError {
             let code = error.code == 0 ? "" : " (SQLite error \(error.code))"
             throw FileError(description: "cannot open the store '\(path)': \(error.message)\(code)")
         }
+    }
+
+    /// Opens the store in the PostgreSQL database at `url` (`postgres://user@host:port/db?…`),
+    /// migrating it to the current schema. Several servers may share one database.
+    public convenience init(
+        postgres url: String, metrics: Metrics? = nil, logger: Logger = Logger(), backlogLimit: Int = 10_000,
+        owner: String = "p_" + RandomID.alphanumeric(12)
+    ) throws {
+        let shown = Self.withoutPassword(url)
+        do {
+            try self.init(
+                engine: .postgres, path: shown, metrics: metrics, logger: logger, backlogLimit: backlogLimit, owner: owner,
+                open: { (try PostgresConnection(url: url), try PostgresConnection(url: url)) })
+        } catch let error as PostgresError {
+            throw FileError(description: "cannot open the store at \(shown): \(error)")
+        }
+    }
+
+    private init(
+        engine: Engine, path: String, metrics: Metrics?, logger: Logger, backlogLimit: Int, owner: String,
+        open: @escaping @Sendable () throws -> (writer: any SQLDatabase, reader: any SQLDatabase)
+    ) throws {
+        self.engine = engine
+        self.path = path
+        self.backlogLimit = backlogLimit
+        self.owner = owner
+        self.metrics = metrics
+        self.logger = logger
+        reopen = open
+        let (database, readConnection) = try open()
+        try Self.migrate(database, engine: engine, logger: logger)
+        let loaded = try Self.loadApps(database)
+        reader = Locked(readConnection)
         writer = Locked(database)
         apps.withLock { $0 = Dictionary(uniqueKeysWithValues: loaded.map { ($0.apiKey, $0) }) }
         // A store on a full or read-only disk opens (reads work) but takes no write: find out now.
         queue.sync {
             writer.withLock { database in
                 guard let database else { return }
-                do { try Self.probe(database) } catch let error as SQLiteError where error.storageProblem != nil {
+                do { try Self.probe(database, engine: engine) } catch let error where Self.storageProblem(of: error) != nil {
                     storageFailed(error, what: "opening the store")
                 } catch {}
             }
         }
+    }
+
+    /// The store a command names: the PostgreSQL database at `url` when there is one, else
+    /// SQLite in `directory`.
+    public static func open(
+        url: String?, directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), backlogLimit: Int = 10_000
+    ) throws -> Store {
+        if let url { return try Store(postgres: url, metrics: metrics, logger: logger, backlogLimit: backlogLimit) }
+        return try Store(directory: directory, metrics: metrics, logger: logger, backlogLimit: backlogLimit)
+    }
+
+    /// A URL as logs and errors may show it: its password left out.
+    public static func withoutPassword(_ url: String) -> String {
+        guard var parts = URLComponents(string: url), parts.password != nil else { return url }
+        parts.password = nil
+        return parts.string ?? "postgres://…"
+    }
+
+    /// What is wrong with the storage, when `error` says (a full disk, a database gone).
+    static func storageProblem(of error: any Error) -> String? {
+        (error as? any StorageFailure)?.storageProblem
     }
 
     private static func openWriter(_ path: String) throws -> SQLiteDatabase {
@@ -197,32 +255,66 @@ public final class Store: Sendable {
     }
 
     /// A one-page write that changes nothing: throws when the storage refuses writes.
-    private static func probe(_ database: SQLiteDatabase) throws {
-        let version = try database.query("PRAGMA user_version").first?.first?.int64 ?? 0
-        try database.transaction { try database.execute("PRAGMA user_version = \(version)") }
+    private static func probe(_ database: any SQLDatabase, engine: Engine) throws {
+        switch engine {
+        case .sqlite:
+            let version = try database.query("PRAGMA user_version").first?.first?.int64 ?? 0
+            try database.transaction { try database.execute("PRAGMA user_version = \(version)") }
+        case .postgres:
+            try database.execute("UPDATE schema_version SET version = version")
+        }
     }
 
     /// The schema version this build writes.
     public static var schemaVersion: Int { migrations.count }
 
-    private static func migrate(_ database: SQLiteDatabase, logger: Logger) throws {
-        let current = try database.userVersion
-        guard current <= migrations.count else {
-            throw SQLiteError(code: 0, message: "database schema version \(current) is newer than this build (\(migrations.count))")
-        }
-        for version in current..<migrations.count {
-            try database.transaction {
-                try database.execute(migrations[version])
-                try database.execute("PRAGMA user_version = \(version + 1)")
+    /// Brings the schema to this build's version, refusing a database from a newer build. On
+    /// PostgreSQL, where several servers may start at once, under a lock the transaction holds.
+    private static func migrate(_ database: any SQLDatabase, engine: Engine, logger: Logger) throws {
+        try database.transaction {
+            if engine == .postgres {
+                try database.query("SELECT pg_advisory_xact_lock(7350001)")
+                try database.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
             }
-            logger.info("store migrated", ["version": String(version + 1)])
+            let current = try schemaVersion(of: database, engine: engine)
+            guard current <= migrations.count else {
+                throw SQLiteError(code: 0, message: "database schema version \(current) is newer than this build (\(migrations.count))")
+            }
+            for version in current..<migrations.count {
+                switch engine {
+                case .sqlite:
+                    try database.execute(migrations[version])
+                    try database.execute("PRAGMA user_version = \(version + 1)")
+                case .postgres:
+                    try database.execute(postgresSchema(migrations[version]))
+                    try database.query("DELETE FROM schema_version")
+                    try database.query("INSERT INTO schema_version (version) VALUES (?)", [.integer(Int64(version + 1))])
+                }
+                logger.info("store migrated", ["version": String(version + 1)])
+            }
         }
+    }
+
+    /// The schema version a database is at (0: empty).
+    static func schemaVersion(of database: any SQLDatabase, engine: Engine) throws -> Int {
+        switch engine {
+        case .sqlite: return Int(try database.query("PRAGMA user_version").first?.first?.int64 ?? 0)
+        case .postgres: return Int(try database.query("SELECT max(version) FROM schema_version").first?.first?.int64 ?? 0)
+        }
+    }
+
+    /// A migration as PostgreSQL runs it: the one schema, whose two engine-specific words are
+    /// written for PostgreSQL here. SQLite's `INTEGER` is 64-bit, PostgreSQL's `BIGINT`; an
+    /// `INTEGER PRIMARY KEY AUTOINCREMENT` is a `BIGSERIAL PRIMARY KEY`.
+    static func postgresSchema(_ sql: String) -> String {
+        sql.replacingOccurrences(of: "INTEGER PRIMARY KEY AUTOINCREMENT", with: "BIGSERIAL PRIMARY KEY")
+            .replacingOccurrences(of: " INTEGER", with: " BIGINT")
     }
 
     /// Runs `body` on the writer queue later, in order with every other write. When the storage
     /// refuses it (disk full, read-only), it waits in the backlog with every later queued write
     /// and is written when the storage recovers; other errors are logged.
-    public func enqueue(_ what: String, _ body: @escaping @Sendable (SQLiteDatabase) throws -> Void) {
+    public func enqueue(_ what: String, _ body: @escaping @Sendable (any SQLDatabase) throws -> Void) {
         queue.async { [self] in
             if backlog.withLock({ !$0.writes.isEmpty }) {
                 keep(what, body)  // behind the writes already waiting, in order
@@ -236,7 +328,7 @@ public final class Store: Sendable {
                 do {
                     try database.transaction { try body(database) }
                     metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"])
-                } catch let error as SQLiteError where error.storageProblem != nil {
+                } catch let error where Self.storageProblem(of: error) != nil {
                     metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
                     storageFailed(error, what: what)
                     keep(what, body)
@@ -249,10 +341,10 @@ public final class Store: Sendable {
     }
 
     /// Why the storage does not take writes now ("disk full", "read-only"...), or nil.
-    public var storageProblem: String? { backlog.withLock { $0.problem?.storageProblem } }
+    public var storageProblem: String? { backlog.withLock { $0.problem?.problem } }
 
     /// Writer queue only.
-    private func keep(_ what: String, _ body: @escaping @Sendable (SQLiteDatabase) throws -> Void) {
+    private func keep(_ what: String, _ body: @escaping @Sendable (any SQLDatabase) throws -> Void) {
         let dropped = backlog.withLock { backlog -> Bool in
             backlog.writes.append((what, body))
             guard backlog.writes.count > backlogLimit else { return false }
@@ -268,10 +360,11 @@ public final class Store: Sendable {
     }
 
     /// Writer queue only: the storage refused a write; retry every second until it recovers.
-    private func storageFailed(_ error: SQLiteError, what: String) {
+    private func storageFailed(_ error: any Error, what: String) {
+        let refusal = StorageRefusal(problem: Self.storageProblem(of: error) ?? "storage failure", message: "\(error)")
         let (first, schedule) = backlog.withLock { backlog -> (Bool, Bool) in
             let first = backlog.problem == nil
-            backlog.problem = error
+            backlog.problem = refusal
             let schedule = !backlog.retryScheduled
             backlog.retryScheduled = true
             return (first, schedule)
@@ -280,7 +373,7 @@ public final class Store: Sendable {
         if first {
             logger.error(
                 "storage refuses writes; writes wait in memory and calls are refused until it recovers",
-                ["what": what, "problem": error.storageProblem ?? "", "error": "\(error)"])
+                ["what": what, "problem": refusal.problem, "error": refusal.message])
         }
         if schedule { scheduleRetry() }
     }
@@ -304,26 +397,27 @@ public final class Store: Sendable {
         return writer.withLock { connection -> Bool in
             do {
                 // Connections opened on a read-only disk stay read-only, and SQLite shares the
-                // WAL index between the connections of a process: open both again (also after
-                // a reopening that failed half-way).
-                if connection == nil || backlog.withLock({ $0.problem?.storageProblem == "read-only" }) {
+                // WAL index between the connections of a process; a database server that went
+                // away dropped both: open both again (also after a reopening that failed half-way).
+                let problem = backlog.withLock { $0.problem?.problem }
+                if connection == nil || problem == "read-only" || problem == "database unavailable" {
                     connection?.close()
                     connection = nil
                     reader.withLock { reader in
                         reader?.close()
                         reader = nil
                     }
-                    connection = try Self.openWriter(path)
-                    let reopenedReader = try SQLiteDatabase(path: path, readOnly: true)
+                    let (reopenedWriter, reopenedReader) = try reopen()
+                    connection = reopenedWriter
                     reader.withLock { $0 = reopenedReader }
                 }
                 guard let database = connection else { return false }
-                if backlog.withLock({ $0.writes.isEmpty }) { try Self.probe(database) }
+                if backlog.withLock({ $0.writes.isEmpty }) { try Self.probe(database, engine: engine) }
                 while let next = backlog.withLock({ $0.writes.first }) {
                     do {
                         try database.transaction { try next.body(database) }
                         metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"])
-                    } catch let error as SQLiteError where error.storageProblem != nil {
+                    } catch let error where Self.storageProblem(of: error) != nil {
                         throw error
                     } catch {
                         logger.error("store write failed", ["what": next.what, "error": "\(error)"])
@@ -347,10 +441,17 @@ public final class Store: Sendable {
     }
 
     /// Runs a read on the read connection.
-    public func read<T>(_ body: (SQLiteDatabase) throws -> T) throws -> T {
+    /// A read connection to a database server that went away connects again, once, before the
+    /// read fails.
+    public func read<T>(_ body: (any SQLDatabase) throws -> T) throws -> T {
         try reader.withLock { database in
             guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
-            return try body(database)
+            do {
+                return try body(database)
+            } catch let error where Self.storageProblem(of: error) == "database unavailable" {
+                guard database.reconnect() else { throw error }
+                return try body(database)
+            }
         }
     }
 
@@ -373,9 +474,9 @@ public final class Store: Sendable {
     }
 
     /// Runs `body` with the write connection on the writer queue and waits for it.
-    /// Fails with a `SQLiteError` whose `storageProblem` is set while the storage refuses writes
+    /// Fails with an error whose `storageProblem` is set while the storage refuses writes
     /// (after trying once more: it may have recovered).
-    public func write<T: Sendable>(_ body: @Sendable (SQLiteDatabase) throws -> T) throws -> T {
+    public func write<T: Sendable>(_ body: @Sendable (any SQLDatabase) throws -> T) throws -> T {
         try queue.sync {
             if !drainBacklog(), let refusal = backlog.withLock({ $0.problem }) { throw refusal }
             return try writer.withLock { database in
@@ -386,7 +487,7 @@ public final class Store: Sendable {
                     return result
                 } catch {
                     metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
-                    if let error = error as? SQLiteError, error.storageProblem != nil { storageFailed(error, what: "write") }
+                    if Self.storageProblem(of: error) != nil { storageFailed(error, what: "write") }
                     throw error
                 }
             }
@@ -402,7 +503,7 @@ public final class Store: Sendable {
                 logger.error("closing with writes the storage never took: they are lost", ["count": String(waiting)])
             }
             writer.withLock { database in
-                try? database?.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                if engine == .sqlite { try? database?.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
                 database?.close()
                 database = nil
             }
@@ -413,9 +514,11 @@ public final class Store: Sendable {
         }
     }
 
-    /// `PRAGMA integrity_check`: "ok" when the file is sound.
+    /// `PRAGMA integrity_check`: "ok" when the file is sound. SQLite only: PostgreSQL checks
+    /// its own pages.
     public func integrityCheck() throws -> String {
-        try queue.sync {
+        guard engine == .sqlite else { return "ok" }
+        return try queue.sync {
             try writer.withLock { database in
                 guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
                 let rows = try database.query("PRAGMA integrity_check")
@@ -462,9 +565,8 @@ public final class Store: Sendable {
     }
 
     public func pushToken(_ token: String) throws -> PushTokenRecord? {
-        try reader.withLock { database in
-            guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
-            return try database.query(
+        try read { database in
+            try database.query(
                 "SELECT token, app_id, kind, registered_at, disabled_at, disabled_reason FROM push_tokens WHERE token = ?",
                 [.text(token)]
             ).first.map { row in
@@ -493,27 +595,20 @@ public final class Store: Sendable {
     public func app(apiKey: String) -> App? {
         if let cached = apps.withLock({ $0[apiKey] }) { return cached }
         guard apiKey.utf8.count <= 128 else { return nil }
-        let found = reader.withLock { database -> App? in
-            guard let database,
-                let rows = try? database.query(Self.selectApps + " WHERE api_key = ?", [.text(apiKey)])
-            else { return nil }
-            return rows.first.map(Self.app(from:))
-        }
+        let found = (try? read { database in try database.query(Self.selectApps + " WHERE api_key = ?", [.text(apiKey)]) })?
+            .first.map(Self.app(from:))
         if let found { apps.withLock { $0[apiKey] = found } }
         return found
     }
 
     /// Every app, oldest first.
     public func allApps() throws -> [App] {
-        try reader.withLock { database in
-            guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
-            return try database.query(Self.selectApps + " ORDER BY created_at, id").map(Self.app(from:))
-        }
+        try read { database in try database.query(Self.selectApps + " ORDER BY created_at, id").map(Self.app(from:)) }
     }
 
     private static let selectApps = "SELECT id, name, api_key, api_secret, bundle_id, created_at FROM apps"
 
-    private static func loadApps(_ database: SQLiteDatabase) throws -> [App] {
+    private static func loadApps(_ database: any SQLDatabase) throws -> [App] {
         try database.query(selectApps).map(app(from:))
     }
 
@@ -523,4 +618,12 @@ public final class Store: Sendable {
             apiSecret: row[3].string ?? "", bundleID: row[4].string ?? "",
             createdAt: Date(timeIntervalSince1970: Double(row[5].int64 ?? 0) / 1000))
     }
+}
+
+/// Why the storage takes no writes now, as the store last heard it.
+struct StorageRefusal: Error, Sendable, StorageFailure, CustomStringConvertible {
+    var problem: String
+    var message: String
+    var storageProblem: String? { problem }
+    var description: String { message }
 }

@@ -61,7 +61,7 @@ extension Gateway {
     /// A write the store refused: 503 `unavailable` when the storage refuses writes (disk full,
     /// read-only; retry later), 500 `internal` for anything else.
     func storeFailure(_ error: any Error, saving what: String) -> HTTPResponse {
-        if let problem = (error as? SQLiteError)?.storageProblem {
+        if let problem = Store.storageProblem(of: error) {
             return failure(ErrorBody(.unavailable, "storage unavailable (\(problem)): \(what) could not be saved; retry later"))
         }
         logger.error("store write failed", ["what": what, "error": "\(error)"])

@@ -16,13 +16,22 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public var description: String { sqlState.map { "\(message) (SQLSTATE \($0))" } ?? message }
 }
 
+extension PostgresError: StorageFailure {
+    /// A server that does not answer takes no writes for now; anything else is about the
+    /// statement.
+    public var storageProblem: String? { connectionLost ? "database unavailable" : nil }
+}
+
 /// One connection to a PostgreSQL server through libpq. Calls block: they are for the store's
 /// own threads, never the event loop. One thread at a time.
 ///
 /// Safety of `@unchecked Sendable`: the connection moves between threads but is used by one at
 /// a time (its owner's lock or queue); libpq allows that.
-public final class PostgresConnection: @unchecked Sendable {
+public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
     private var connection: OpaquePointer?
+    /// Statements as written (`?`) and as sent (`$1`…), translated once.
+    private var translated: [String: String] = [:]
+    public private(set) var changes = 0
 
     /// Connects with a libpq connection string or URL (`postgres://user@host:port/db?sslmode=…`).
     public init(url: String) throws(PostgresError) {
@@ -61,10 +70,12 @@ public final class PostgresConnection: @unchecked Sendable {
         _ = try run { PQexec($0, sql) }
     }
 
-    /// Runs one statement with parameters `$1`, `$2`… and returns its rows. Values travel as
-    /// text; integers, floating-point numbers, booleans (as 0 or 1), text and `bytea` come back
-    /// typed.
+    /// Runs one statement with parameters (`?`, or PostgreSQL's own `$1`, `$2`…) and returns
+    /// its rows. Values travel as text; integers, floating-point numbers, booleans (as 0 or 1),
+    /// text and `bytea` come back typed.
+    @discardableResult
     public func query(_ sql: String, _ parameters: [SQLValue] = []) throws(PostgresError) -> [[SQLValue]] {
+        let sql = numbered(sql)
         let texts: [String?] = parameters.map(Self.parameterText)
         var pointers = texts.map { $0.flatMap { strdup($0) } }
         defer { pointers.forEach { free($0) } }
@@ -87,6 +98,30 @@ public final class PostgresConnection: @unchecked Sendable {
         }
     }
 
+    /// `sql` with each `?` outside quotes as `$1`, `$2`…
+    private func numbered(_ sql: String) -> String {
+        if let known = translated[sql] { return known }
+        var out = ""
+        var index = 0
+        var quote: Character?
+        for character in sql {
+            if let open = quote {
+                if character == open { quote = nil }
+                out.append(character)
+            } else if character == "'" || character == "\"" {
+                quote = character
+                out.append(character)
+            } else if character == "?" {
+                index += 1
+                out += "$\(index)"
+            } else {
+                out.append(character)
+            }
+        }
+        translated[sql] = out
+        return out
+    }
+
     // MARK: Results
 
     private func run(_ send: (OpaquePointer) -> OpaquePointer?) throws(PostgresError) -> [[SQLValue]] {
@@ -97,8 +132,10 @@ public final class PostgresConnection: @unchecked Sendable {
         defer { PQclear(result) }
         switch PQresultStatus(result) {
         case PGRES_COMMAND_OK, PGRES_EMPTY_QUERY:
+            changes = PQcmdTuples(result).flatMap { Int(String(cString: $0)) } ?? 0
             return []
         case PGRES_TUPLES_OK:
+            changes = Int(PQntuples(result))
             return Self.rows(result)
         default:
             let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
