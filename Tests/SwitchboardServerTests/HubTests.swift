@@ -245,4 +245,24 @@ final class HubHarness {
         #expect(notice["missed"] == true)
         #expect(notice["aps"]?["alert"]?["title"] == "Missed call")
     }
+
+    /// Calls past `max_pending_call_setups` waiting for the store are refused at once with 503;
+    /// those admitted start once it answers, and the room they took is free again.
+    // Covers: limit:max_pending_call_setups
+    @Test func callsPastThePendingSetupLimitAreRefusedAtOnce() throws {
+        let h = try HubHarness { $0.limits.maxPendingCallSetups = 3 }
+        let alice = h.connect("alice", device: "a-phone")
+        _ = h.connect("bob", device: "b-phone")
+        _ = h.output.take(alice)
+        for index in 1...5 { h.send(alice, MessageType.callCreate, ["callees": ["bob"], "busy_policy": "ring"], id: "c\(index)") }
+        let refused = h.output.take(alice).filter { $0["type"] == "error" }
+        #expect(refused.map { $0["id"] } == ["c4", "c5"], "refused before the store answered anyone")
+        #expect(refused.allSatisfy { $0["error"]?["code"] == "unavailable" })
+        h.settle()
+        let started = h.output.take(alice).filter { $0["type"] == "ok" }.compactMap { $0["id"]?.stringValue }
+        #expect(started == ["c1", "c2", "c3"])
+        h.send(alice, MessageType.callCreate, ["callees": ["bob"], "busy_policy": "ring"], id: "c6")
+        h.settle()
+        #expect(h.output.take(alice).contains { $0["type"] == "ok" && $0["id"] == "c6" }, "room again once the store answered")
+    }
 }

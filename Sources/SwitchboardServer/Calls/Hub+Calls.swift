@@ -97,6 +97,12 @@ extension Hub {
         let idempotency = request.idempotencyKey.map { Self.userKey(app.id, caller.sub) + "\u{0}" + $0 }
         let earlierID = idempotency.flatMap { callIdempotency[$0] }
         if let earlierID, let call = calls[earlierID] { return answer(.success(describe(call))) }
+        // More calls than the store can take are refused now, not queued without bound.
+        guard pendingCallSetups < configuration.limits.maxPendingCallSetups else {
+            metrics.increment("switchboard_calls_refused_total", ["reason": "overload"])
+            return answer(.failure(ErrorBody(.unavailable, "too many calls are being set up; retry in a second")))
+        }
+        pendingCallSetups += 1
         let (appID, callerID) = (app.id, caller.sub)
         withStore({ store in
             var needs = CallPrerequisites(devices: [:])
@@ -106,6 +112,7 @@ extension Hub {
             return needs
         }) { [weak self] result in
             guard let self else { return }
+            pendingCallSetups -= 1
             do throws(ErrorBody) {
                 let needs: CallPrerequisites
                 do { needs = try result.get() } catch {

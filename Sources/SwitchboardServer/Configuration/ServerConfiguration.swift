@@ -77,6 +77,9 @@ public struct ServerConfiguration: Sendable {
         public var maxConnections = 0
         public var invitesPerMinute = 30
         public var invitesPerPairPerMinute = 10
+        /// Calls being set up at once (their reads in the store's queue); past it new ones are
+        /// refused at once instead of queueing without bound.
+        public var maxPendingCallSetups = 256
         public init() {}
     }
 
@@ -226,6 +229,7 @@ public struct ServerConfiguration: Sendable {
         int("apns_request_timeout_seconds", "Time APNs has to answer one push before it counts as failed.", 1...60, \.limits.apnsRequestTimeoutSeconds),
         int("invites_per_minute", "Calls one user may start per minute.", 1...10_000, \.limits.invitesPerMinute),
         int("invites_per_pair_per_minute", "Calls one user may make to the same user per minute.", 1...10_000, \.limits.invitesPerPairPerMinute),
+        int("max_pending_call_setups", "Calls being set up at once, waiting for the store; past it 503.", 1...100_000, \.limits.maxPendingCallSetups),
     ]
 
     private static func list(_ text: String) -> [String] {
@@ -285,6 +289,7 @@ public struct ServerConfiguration: Sendable {
             "max_receive_bytes_per_second": String(limits.maxReceiveBytesPerSecond),
             "connects_per_identity_per_minute": String(limits.connectsPerIdentityPerMinute),
             "invites_per_minute": String(limits.invitesPerMinute),
+            "max_pending_call_setups": String(limits.maxPendingCallSetups),
             "invites_per_pair_per_minute": String(limits.invitesPerPairPerMinute),
         ]
     }

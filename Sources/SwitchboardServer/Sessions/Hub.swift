@@ -29,6 +29,8 @@ final class Hub: @unchecked Sendable {
     /// Live calls (ringing or answered) by user key, for the history page.
     var liveCallsByUser: [String: Set<String>] = [:]
     var inviteLog: [String: [ContinuousClock.Instant]] = [:]
+    /// Calls whose setup waits for the store (`max_pending_call_setups`).
+    var pendingCallSetups = 0
     var lastPrune = ContinuousClock.now
 
     let configuration: ServerConfiguration
