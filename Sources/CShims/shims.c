@@ -2,6 +2,8 @@
 #include <string.h>
 #include <stddef.h>
 #include <malloc.h>
+#include <signal.h>
+#include <spawn.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -166,6 +168,31 @@ int sb_accept_nonblocking(int fd) {
     return accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 }
 
-int sb_malloc_set_mmap_threshold(int bytes) {
-    return mallopt(M_MMAP_THRESHOLD, bytes);
+
+int sb_spawn(const char *path, char *const argv[], char *const envp[], int in, int out, int err, int *pid) {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int status = posix_spawn_file_actions_init(&actions);
+    if (status != 0) return status;
+    if (status == 0 && in >= 0) status = posix_spawn_file_actions_adddup2(&actions, in, 0);
+    if (status == 0 && out >= 0) status = posix_spawn_file_actions_adddup2(&actions, out, 1);
+    if (status == 0 && err >= 0) status = posix_spawn_file_actions_adddup2(&actions, err, 2);
+    if (status == 0) status = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    if (status == 0) status = posix_spawnattr_init(&attributes);
+    if (status != 0) {
+        posix_spawn_file_actions_destroy(&actions);
+        return status;
+    }
+    sigset_t all, none;
+    sigfillset(&all);
+    sigemptyset(&none);
+    posix_spawnattr_setsigdefault(&attributes, &all);
+    posix_spawnattr_setsigmask(&attributes, &none);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    pid_t child = 0;
+    status = posix_spawn(&child, path, &actions, &attributes, argv, envp);
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    if (status == 0) *pid = child;
+    return status;
 }

@@ -21,6 +21,19 @@ public protocol SQLDatabase: AnyObject {
 extension SQLDatabase {
     @discardableResult
     public func query(_ sql: String) throws -> [[SQLValue]] { try query(sql, []) }
+
+    /// `begin`, then `body`: committed when it returns, rolled back when it throws.
+    func transaction<T>(beginning begin: String, _ body: () throws -> T) throws -> T {
+        try execute(begin)
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
 }
 
 /// An error that can say the storage takes no writes for now (a full or read-only disk, a

@@ -16,7 +16,7 @@ public final class ToolProcess: Sendable {
         public var description: String
     }
 
-    private let process: Process
+    private let process: ChildProcess
     private let input = Pipe()
     private let output = Locked("")
     private let errors = Locked("")
@@ -30,7 +30,7 @@ public final class ToolProcess: Sendable {
     /// Starts `switchboard` with `arguments`. `shellPrefix` runs it through `/bin/sh -c` after
     /// those shell words (`ulimit -n 256 &&`), with `exec` so the pid stays the tool's.
     public init(_ arguments: [String], executable: String = "switchboard", shellPrefix: String? = nil, environment: [String: String] = [:]) throws {
-        let process = Process()
+        let process = ChildProcess()
         let path = productsDirectory + "/" + executable
         if let shellPrefix {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
@@ -63,22 +63,12 @@ public final class ToolProcess: Sendable {
         try Self.launch(process)
     }
 
-    /// Starts `process`. Every child a test starts goes through here, one at a time.
-    ///
-    /// Foundation's `Process.run()` on Linux lists `/proc/self/fd` and copies 256 bytes of
-    /// each entry's name whatever its length (swift-corelibs-foundation#5472; AddressSanitizer
-    /// shows the read past the end of the 32,816-byte directory buffer `opendir` allocates).
-    /// When that buffer ends just before an unmapped page, the test process dies with "Bad
-    /// pointer dereference". With malloc's mmap threshold at 32 KiB the buffer gets a mapping
-    /// of its own, rounded up to whole pages, so the over-read stays inside mapped memory.
-    public static func launch(_ process: Process) throws {
-        try launching.withLock { _ in try process.run() }
+    /// Starts `process`. Every child a test starts goes through here: `ChildProcess`, not
+    /// Foundation's `Process`, whose `run()` on Linux reads past a buffer now and then
+    /// (swift-corelibs-foundation#5472, see `ChildProcess`).
+    public static func launch(_ process: ChildProcess) throws {
+        try process.run()
     }
-
-    private static let launching: Locked<Void> = {
-        _ = sb_malloc_set_mmap_threshold(32 * 1024)
-        return Locked(())
-    }()
 
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }

@@ -13,7 +13,7 @@ final class ServerProcess: Sendable {
     let port: Int
     let dataDirectory: String
     private let arguments: [String]
-    private let current = Locked<Process?>(nil)
+    private let current = Locked<ChildProcess?>(nil)
 
     var baseURL: String { "http://127.0.0.1:\(port)" }
     /// The server's log (both runs).
@@ -36,7 +36,7 @@ final class ServerProcess: Sendable {
     }
 
     private func blockingStart() throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: productsDirectory + "/switchboard")
         process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice

@@ -143,7 +143,7 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)
     throw Timeout(what: type)
 }
 
-@Suite(.timeLimit(.minutes(3))) struct CallTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct CallTests {
     @Test(arguments: StoreEngine.available)
     func aOneToOneCallRingsEveryDeviceAndTheFirstAnswerWins(engine: StoreEngine) async throws {
         let fixture = try CallFixture(engine: engine)

@@ -9,7 +9,7 @@ import SwitchboardSupport
 /// `switchboard serve` in a mount namespace of its own, its data directory on a small tmpfs (4 MiB unless asked)
 /// that the test fills, empties and makes read-only through a control script.
 final class ConfinedServer: @unchecked Sendable {  // one test drives it at a time
-    private let process = Process()
+    private let process = ChildProcess()
     private let control = Pipe()
     private let replies = Pipe()
     let directory: String
@@ -19,7 +19,7 @@ final class ConfinedServer: @unchecked Sendable {  // one test drives it at a ti
 
     /// Whether this machine lets us mount a tmpfs in a new mount namespace (root or user namespaces).
     static let available: Bool = {
-        let probe = Process()
+        let probe = ChildProcess()
         probe.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
         probe.arguments = ["-m", "/bin/sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"]
         probe.standardError = FileHandle.nullDevice

@@ -39,7 +39,7 @@ final class PostgresInstance: Sendable {
     }
 
     func destroy() {
-        try? spawn(Self.bin + "/pg_ctl", ["-D", directory + "/data", "-m", "immediate", "stop"])
+        _ = try? spawn(Self.bin + "/pg_ctl", ["-D", directory + "/data", "-m", "immediate", "stop"])
         try? wait("PostgreSQL to stop") { !FileManager.default.fileExists(atPath: self.directory + "/data/postmaster.pid") }
         try? FileManager.default.removeItem(atPath: directory)
     }
@@ -55,8 +55,10 @@ final class PostgresInstance: Sendable {
         }
     }
 
-    private func spawn(_ tool: String, _ arguments: [String]) throws {
-        let process = Process()
+    /// Starts `tool` as the server's user, without waiting for it.
+    @discardableResult
+    private func spawn(_ tool: String, _ arguments: [String]) throws -> ChildProcess {
+        let process = ChildProcess()
         if getuid() == 0 {
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
             process.arguments = ["-u", "postgres", "--", tool] + arguments
@@ -67,20 +69,12 @@ final class PostgresInstance: Sendable {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try ToolProcess.launch(process)
+        return process
     }
 
+    /// Runs `tool` as the server's user to its end, which must be a success.
     private func run(_ tool: String, _ arguments: [String]) throws {
-        let process = Process()
-        if getuid() == 0 {
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            process.arguments = ["-u", "postgres", "--", tool] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: tool)
-            process.arguments = arguments
-        }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try ToolProcess.launch(process)
+        let process = try spawn(tool, arguments)
         let deadline = ContinuousClock.now + .seconds(60) * testSlowdown
         while process.isRunning {
             guard ContinuousClock.now < deadline else {
@@ -115,7 +109,9 @@ final class PostgresInstance: Sendable {
 @Suite(.enabled(if: TestPostgres.runs, TestPostgres.skipReason), .timeLimit(.minutes(3)))
 struct StoreOutageTests {
     @Test func aPostgreSQLStoppedMidCallLosesNothingAndTheServerRecoversWhenItIsBack() async throws {
-        let postgres = try PostgresInstance()
+        // Starting and stopping a server blocks for a second or so: on a thread of its own, not
+        // one of the few the tests share.
+        let postgres = try await offThePool { try PostgresInstance() }
         defer { postgres.destroy() }
         let fixture = try CallFixture { $0.storeURL = postgres.url }
         defer { fixture.stop() }
@@ -128,7 +124,7 @@ struct StoreOutageTests {
         _ = try await event(alice, "call.accepted")
         #expect(try await HTTPClient.request("GET", base + "/readyz").status == 200)
 
-        try postgres.stop()
+        try await offThePool { try postgres.stop() }
         // The call goes on in memory and ends while the database is down.
         #expect(try await fixture.act(alice, MessageType.callEnd, callID).data?["outcome"] == "completed")
         _ = try await event(bob, "call.ended")
@@ -140,7 +136,7 @@ struct StoreOutageTests {
         let refused = try await alice.request(MessageType.callCreate, id: "c2", encoding: CallCreateRequest(callees: ["bob"]))
         #expect(refused.error?.code == .unavailable, "no call that could not be recorded")
 
-        try postgres.start()
+        try await offThePool { try postgres.start() }
         try await within(.seconds(20), "the store to take writes again") {
             while try await HTTPClient.request("GET", base + "/readyz").status != 200 { try await Task.sleep(for: .milliseconds(100)) }
         }

@@ -71,7 +71,9 @@ int LLVMFuzzerRunDriver(int *argc, char ***argv, int (*callback)(const uint8_t *
 int sb_sqlite3_bind_text_transient(sqlite3_stmt *stmt, int index, const char *text, int length);
 int sb_sqlite3_bind_blob_transient(sqlite3_stmt *stmt, int index, const void *data, int length);
 
-/* Sets malloc's mmap threshold (mallopt M_MMAP_THRESHOLD); returns 1 on success. */
-int sb_malloc_set_mmap_threshold(int bytes);
+/* Starts `path` with `argv` and `envp` (posix_spawn): `in`, `out`, `err` become its standard
+   input, output and error (-1: inherited), every other descriptor is closed in the child, and
+   its signals start at their defaults, unmasked. Returns 0 and the child's pid, or an errno. */
+int sb_spawn(const char *path, char *const argv[], char *const envp[], int in, int out, int err, int *pid);
 
 #endif

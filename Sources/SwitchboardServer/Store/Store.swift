@@ -174,8 +174,9 @@ public final class Store: Sendable {
                 engine: .sqlite, path: path, metrics: metrics, logger: logger, backlogLimit: backlogLimit, owner: owner,
                 open: { (try Self.openWriter(path), try SQLiteDatabase(path: path, readOnly: true)) })
         } catch let error as SQLiteError {
-            let code = error.code == 0 ? "" : " (SQLite error \(error.code))"
-            throw FileError(description: "cannot open the store '\(path)': \(error.message)\(code)")
+            throw FileError(description: "cannot open the store '\(path)': \(error.message) (SQLite error \(error.code))")
+        } catch let error as StoreNewerThanBuild {
+            throw FileError(description: "cannot open the store '\(path)': \(error)")
         }
     }
 
@@ -191,6 +192,8 @@ public final class Store: Sendable {
                 engine: .postgres, path: shown, metrics: metrics, logger: logger, backlogLimit: backlogLimit, owner: owner,
                 open: { (try PostgresConnection(url: url), try PostgresConnection(url: url)) })
         } catch let error as PostgresError {
+            throw FileError(description: "cannot open the store at \(shown): \(error)")
+        } catch let error as StoreNewerThanBuild {
             throw FileError(description: "cannot open the store at \(shown): \(error)")
         }
     }
@@ -278,7 +281,7 @@ public final class Store: Sendable {
             }
             let current = try schemaVersion(of: database, engine: engine)
             guard current <= migrations.count else {
-                throw SQLiteError(code: 0, message: "database schema version \(current) is newer than this build (\(migrations.count))")
+                throw StoreNewerThanBuild(version: current, supported: migrations.count)
             }
             for version in current..<migrations.count {
                 switch engine {
@@ -618,6 +621,13 @@ public final class Store: Sendable {
             apiSecret: row[3].string ?? "", bundleID: row[4].string ?? "",
             createdAt: Date(timeIntervalSince1970: Double(row[5].int64 ?? 0) / 1000))
     }
+}
+
+/// A database a newer build migrated: this one does not know its schema.
+struct StoreNewerThanBuild: Error, CustomStringConvertible {
+    var version: Int
+    var supported: Int
+    var description: String { "database schema version \(version) is newer than this build (\(supported))" }
 }
 
 /// Why the storage takes no writes now, as the store last heard it.

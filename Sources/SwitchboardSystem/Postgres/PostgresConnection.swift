@@ -87,15 +87,7 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
     public func transaction<T>(_ body: () throws -> T) throws -> T {
-        try execute("BEGIN")
-        do {
-            let result = try body()
-            try execute("COMMIT")
-            return result
-        } catch {
-            try? execute("ROLLBACK")
-            throw error
-        }
+        try transaction(beginning: "BEGIN", body)
     }
 
     /// `sql` with each `?` outside quotes as `$1`, `$2`…

@@ -138,15 +138,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
 
     /// Runs `body` inside BEGIN IMMEDIATE … COMMIT, rolling back if it throws.
     public func transaction<T>(_ body: () throws -> T) throws -> T {
-        try execute("BEGIN IMMEDIATE")
-        do {
-            let result = try body()
-            try execute("COMMIT")
-            return result
-        } catch {
-            try? execute("ROLLBACK")
-            throw error
-        }
+        try transaction(beginning: "BEGIN IMMEDIATE", body)
     }
 
     /// `PRAGMA user_version`, which the store uses as its schema version.
