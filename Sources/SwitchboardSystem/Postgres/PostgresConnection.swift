@@ -41,6 +41,9 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
             PQfinish(connection)
             throw PostgresError(message: "cannot connect to PostgreSQL: \(message)")
         }
+        // Notices ("relation … already exists, skipping") are not errors: libpq would print
+        // each to standard error.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
         self.connection = connection
     }
 
