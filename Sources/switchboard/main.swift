@@ -15,6 +15,7 @@ let usage = """
       app create    Create an app and print its id, API key and secret as JSON
       app list      List apps (secrets redacted)
       token         Print an access token (JWT) for a user of an app
+      store status  Print the store's engine and schema version (reads only)
       push          Send one VoIP (or alert) push through APNs
       apns-sandbox  Run a local APNs provider API for development and tests
       phone         A terminal softphone (SwitchboardKit with a simulated call UI)
@@ -90,6 +91,8 @@ func run(_ arguments: [String]) async -> Int32 {
             return try AppCommand.run(rest)
         case "token":
             return try TokenCommand.run(rest)
+        case "store":
+            return try StoreCommand.run(rest)
         case "push":
             return try await PushCommand.run(rest)
         case "apns-sandbox":

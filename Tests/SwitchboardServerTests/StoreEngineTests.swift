@@ -3,6 +3,7 @@ import SwitchboardCore
 import SwitchboardProtocol
 import SwitchboardPush
 import SwitchboardSystem
+import SwitchboardTesting
 import Testing
 
 @testable import SwitchboardServer
@@ -211,6 +212,42 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         } catch {
             #expect("\(error)".contains("cannot open the store") && "\(error)".contains("newer than this build"), "\(error)")
             #expect(!"\(error)".lowercased().contains("sqlite error"), "a sentence, not an engine's code")
+        }
+    }
+
+    /// `switchboard store status` reads where a store's schema is, on either engine, without
+    /// creating or migrating anything; a database from a newer build exits 1.
+    @Test(arguments: StoreEngine.available)
+    func storeStatusShowsTheSchemaVersionWithoutMigrating(engine: StoreEngine) async throws {
+        let place = try StoreEngine.Place(engine)
+        let target = engine == .sqlite ? ["--data-dir", place.location] : ["--store-url", place.location]
+        func status() async throws -> (code: Int32, value: JSONValue) {
+            let tool = try ToolProcess(["store", "status"] + target)
+            let code = try await tool.waitForExit()
+            return (code, try JSONDecoder().decode(JSONValue.self, from: Data(tool.standardOutput.utf8)))
+        }
+        let empty = try await status()
+        #expect(empty.code == 0 && empty.value["schema_version"] == 0 && empty.value["engine"] == .string(engine.rawValue))
+        #expect(try await status().value["schema_version"] == 0, "reading made nothing")
+        let store = try place.open()
+        _ = try store.write { database in
+            switch engine {
+            case .sqlite: try database.execute("PRAGMA user_version = \(Store.schemaVersion + 1)")
+            case .postgres: try database.query("UPDATE schema_version SET version = ?", [.integer(Int64(Store.schemaVersion + 1))])
+            }
+        }
+        store.close()
+        let newer = try await status()
+        #expect(newer.value["schema_version"] == .int(Int64(Store.schemaVersion + 1)))
+        #expect(newer.value["build_schema_version"] == .int(Int64(Store.schemaVersion)))
+        #expect(newer.code == 1, "a store this build cannot open")
+        if engine == .postgres {
+            // A password in the URL (trust authentication here ignores it) is never printed.
+            let tool = try ToolProcess(["store", "status", "--store-url", place.location.replacingOccurrences(of: "//sb@", with: "//sb:hunter2@")])
+            _ = try await tool.waitForExit()
+            let location = try JSONDecoder().decode(JSONValue.self, from: Data(tool.standardOutput.utf8))["location"]?.stringValue
+            let shown = try #require(location)
+            #expect(shown.hasPrefix("postgres://sb@") && !shown.contains("hunter2"), "\(shown)")
         }
     }
 }

@@ -235,6 +235,48 @@ public final class Store: Sendable {
         return try Store(directory: directory, metrics: metrics, logger: logger, backlogLimit: backlogLimit)
     }
 
+    /// Where a store is and how far its schema is, read without creating or migrating anything.
+    public struct Status: Sendable, Encodable {
+        public var engine: String
+        public var location: String
+        /// 0: no schema yet (`serve` makes it at its first start).
+        public var schemaVersion: Int
+        public var buildSchemaVersion: Int
+
+        enum CodingKeys: String, CodingKey {
+            case engine, location
+            case schemaVersion = "schema_version"
+            case buildSchemaVersion = "build_schema_version"
+        }
+    }
+
+    /// The status of the store a command names (`switchboard store status`).
+    public static func status(url: String?, directory: String) throws -> Status {
+        if let url {
+            let shown = withoutPassword(url)
+            do {
+                let database = try PostgresConnection(url: url)
+                let exists = try database.query("SELECT to_regclass('schema_version') IS NOT NULL").first?.first?.int64 == 1
+                let version = exists ? try schemaVersion(of: database, engine: .postgres) : 0
+                return Status(engine: "postgres", location: shown, schemaVersion: version, buildSchemaVersion: migrations.count)
+            } catch let error as PostgresError {
+                throw FileError(description: "cannot read the store at \(shown): \(error)")
+            }
+        }
+        let path = (directory as NSString).appendingPathComponent("switchboard.db")
+        guard FileManager.default.fileExists(atPath: path) else {
+            return Status(engine: "sqlite", location: path, schemaVersion: 0, buildSchemaVersion: migrations.count)
+        }
+        do {
+            let database = try SQLiteDatabase(path: path, readOnly: true)
+            return Status(
+                engine: "sqlite", location: path, schemaVersion: try schemaVersion(of: database, engine: .sqlite),
+                buildSchemaVersion: migrations.count)
+        } catch let error as SQLiteError {
+            throw FileError(description: "cannot read the store '\(path)': \(error.message)")
+        }
+    }
+
     /// A URL as logs and errors may show it: its password left out.
     public static func withoutPassword(_ url: String) -> String {
         guard var parts = URLComponents(string: url), parts.password != nil else { return url }
