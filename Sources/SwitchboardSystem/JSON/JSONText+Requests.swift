@@ -61,15 +61,8 @@ extension JSONText {
         return String(decoding: UnsafeRawBufferPointer(start: text, count: json_string_length(node)), as: UTF8.self)
     }
 
-    /// `text` as a JSON string literal, quotes included (RFC 8259 7: quote, backslash and
-    /// control characters escaped; everything else, slashes included, as is).
-    public static func quoted(_ text: String) -> [UInt8] {
-        var out: [UInt8] = []
-        appendQuoted(text, to: &out)
-        return out
-    }
-
-    /// Appends `text` as a JSON string literal (`quoted`) to `out`.
+    /// Appends `text` to `out` as a JSON string literal, quotes included (RFC 8259 7: quote,
+    /// backslash and control characters escaped; everything else, slashes included, as is).
     public static func appendQuoted(_ text: String, to out: inout [UInt8]) {
         // Most names need no escape: one copy of the bytes.
         if text.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x22 && $0 != 0x5C }) {

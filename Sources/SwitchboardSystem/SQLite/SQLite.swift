@@ -141,11 +141,6 @@ public final class SQLiteDatabase: @unchecked Sendable {
         try transaction(beginning: "BEGIN IMMEDIATE", body)
     }
 
-    /// `PRAGMA user_version`, which the store uses as its schema version.
-    public var userVersion: Int {
-        get throws { Int(try query("PRAGMA user_version").first?.first?.int64 ?? 0) }
-    }
-
     private func prepared(_ sql: String) throws -> OpaquePointer {
         if let statement = statements[sql] { return statement }
         var statement: OpaquePointer?
