@@ -60,7 +60,9 @@ public final class SwitchboardServer: Sendable {
         let metrics = Metrics()
         let store = try Store.open(
             url: configuration.storeURL, directory: directory, metrics: metrics, logger: logger,
-            backlogLimit: configuration.limits.storeBacklogWrites)
+            limits: Store.Limits(
+                backlogWrites: configuration.limits.storeBacklogWrites, poolSize: configuration.limits.storePoolSize,
+                statementTimeoutMillis: configuration.limits.storeStatementTimeoutMillis))
         let server: SwitchboardServer
         do {
             let interrupted = try store.failInterruptedCalls(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))

@@ -36,10 +36,18 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
             }
         }
 
-        func open(owner: String = "p_" + RandomID.alphanumeric(8), backlogLimit: Int = 10_000) throws -> Store {
+        func open(owner: String = "p_" + RandomID.alphanumeric(8), limits: Store.Limits = Store.Limits(), metrics: Metrics? = nil) throws -> Store {
             switch engine {
-            case .sqlite: try Store(directory: location, backlogLimit: backlogLimit, owner: owner)
-            case .postgres: try Store(postgres: location, backlogLimit: backlogLimit, owner: owner)
+            case .sqlite: try Store(directory: location, metrics: metrics, limits: limits, owner: owner)
+            case .postgres: try Store(postgres: location, metrics: metrics, limits: limits, owner: owner)
+            }
+        }
+
+        /// A connection of another process to the same database.
+        func otherConnection() throws -> any SQLDatabase {
+            switch engine {
+            case .sqlite: try SQLiteDatabase(path: location + "/switchboard.db")
+            case .postgres: try PostgresConnection(url: location)
             }
         }
 
@@ -249,5 +257,118 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
             let shown = try #require(location)
             #expect(shown.hasPrefix("postgres://sb@") && !shown.contains("hunter2"), "\(shown)")
         }
+    }
+
+    func traceEntry(_ store: Store, call: String, at: Int64) {
+        store.trace(callID: call, user: "bob", device: "b", channel: "voip_push", event: "push_sent", atMillis: at)
+    }
+
+    /// Waits up to `seconds` for `condition`.
+    func eventually(within seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while !condition() {
+            guard Date() < deadline else { return false }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        return true
+    }
+
+    /// The writes queued while one transaction commits go together in the next; a write that
+    /// fails for a reason of its own costs only itself, the others of its batch are written.
+    @Test(arguments: StoreEngine.available)
+    func queuedWritesCommitTogetherAndABadOneCostsOnlyItself(engine: StoreEngine) throws {
+        let place = try StoreEngine.Place(engine)
+        let metrics = Metrics()
+        let store = try place.open(metrics: metrics)
+        defer { store.close() }
+        // Holds the writer until released (and lets it by when it runs again, alone).
+        let hold: @Sendable (DispatchSemaphore) -> Void = { release in
+            release.wait()
+            release.signal()
+        }
+        let release = DispatchSemaphore(value: 0)
+        store.enqueue("hold the writer") { _ in hold(release) }
+        for index in 0..<500 { traceEntry(store, call: "c1", at: Int64(index)) }
+        release.signal()
+        store.flush()
+        #expect(try store.trace(callID: "c1").count == 500)
+        let commits = metrics.counter("switchboard_store_commits_total")
+        #expect(commits <= 2, "501 writes queued behind one another took \(commits) commits")
+        #expect(metrics.counter("switchboard_store_writes_total", ["outcome": "ok"]) == 501)
+
+        let second = DispatchSemaphore(value: 0)
+        store.enqueue("hold the writer") { _ in hold(second) }
+        for index in 0..<100 {
+            if index == 50 { store.enqueue("a wrong write") { try $0.query("INSERT INTO no_such_table VALUES (1)") } }
+            traceEntry(store, call: "c2", at: Int64(index))
+        }
+        second.signal()
+        store.flush()
+        #expect(try store.trace(callID: "c2").count == 100, "the wrong write's batch is written without it")
+        #expect(metrics.counter("switchboard_store_writes_total", ["outcome": "error"]) == 1)
+        #expect(store.storageProblem == nil, "a wrong statement is not the storage's problem")
+    }
+
+    /// A statement that waits for another process's lock past `store_statement_timeout_ms`
+    /// fails: its write waits in the backlog (the store is not writable meanwhile) and is written
+    /// once the lock is gone; on PostgreSQL a read fails too, as the storage's problem (503).
+    /// SQLite's readers never wait for a writer's lock (WAL), so there only writes can.
+    // Covers: limit:store_statement_timeout_ms
+    @Test(arguments: StoreEngine.available)
+    func aStatementPastTheTimeoutFailsAndItsWriteWaitsForTheLock(engine: StoreEngine) throws {
+        let place = try StoreEngine.Place(engine)
+        let store = try place.open(limits: Store.Limits(statementTimeoutMillis: 300))
+        defer { store.close() }
+        let other = try place.otherConnection()
+        defer { other.close() }
+        switch engine {
+        case .sqlite: try other.execute("BEGIN IMMEDIATE")
+        case .postgres: try other.execute("BEGIN; LOCK TABLE call_trace IN ACCESS EXCLUSIVE MODE")
+        }
+        let started = Date()
+        traceEntry(store, call: "c1", at: 1)
+        store.flush()
+        let waited = Date().timeIntervalSince(started)
+        #expect(store.storageProblem == "statement timeout")
+        #expect(waited >= 0.25 && waited < 3, "the write waited \(waited) s for a 300 ms timeout")
+        if engine == .postgres {
+            do {
+                _ = try store.trace(callID: "c1")
+                Issue.record("a read of a locked table answered")
+            } catch {
+                #expect(Store.storageProblem(of: error) == "statement timeout", "\(error)")
+                #expect(ErrorBody.storeRead(error, reading: "the trace").code == .unavailable)
+            }
+        }
+        try other.execute("ROLLBACK")
+        #expect(eventually { store.storageProblem == nil }, "the backlog is written once the lock is gone")
+        #expect(try store.trace(callID: "c1").count == 1)
+    }
+
+    /// Reads run side by side on the pool's connections, as many as it has: a read waiting
+    /// for a lock holds the others up only when it took the last read connection. PostgreSQL
+    /// only: there a read can wait for a lock.
+    // Covers: limit:store_pool_size
+    @Test(.enabled(if: TestPostgres.runs, TestPostgres.skipReason), arguments: [2, 3])
+    func readsRunSideBySideOnThePool(poolSize: Int) throws {
+        let place = try StoreEngine.Place(.postgres)
+        let store = try place.open(limits: Store.Limits(poolSize: poolSize, statementTimeoutMillis: 60_000))
+        defer { store.close() }
+        let other = try place.otherConnection()
+        defer { other.close() }
+        try other.execute("BEGIN; LOCK TABLE call_trace IN ACCESS EXCLUSIVE MODE")
+        let locked = DispatchSemaphore(value: 0), free = DispatchSemaphore(value: 0)
+        store.perform({ try $0.trace(callID: "c1") }) { _ in locked.signal() }
+        store.perform({ try $0.history(appID: Self.app.id, userID: "bob", limit: 10, before: nil) }) { _ in free.signal() }
+        let freeAnswered = free.wait(timeout: .now() + (poolSize == 2 ? 0.5 : 5)) == .success
+        if poolSize == 2 {
+            #expect(!freeAnswered, "with one read connection, the second read waits for the first")
+        } else {
+            #expect(freeAnswered, "a second read connection answers while the first waits for the lock")
+        }
+        #expect(locked.wait(timeout: .now() + 0.01) == .timedOut)
+        try other.execute("ROLLBACK")
+        #expect(locked.wait(timeout: .now() + 5) == .success)
+        if !freeAnswered { #expect(free.wait(timeout: .now() + 5) == .success) }
     }
 }

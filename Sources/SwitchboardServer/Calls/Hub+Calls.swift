@@ -117,7 +117,7 @@ extension Hub {
                 let needs: CallPrerequisites
                 do { needs = try result.get() } catch {
                     logger.error("call setup read failed", ["app": appID, "error": "\(error)"])
-                    throw ErrorBody(.internal, "could not read the callees' devices")
+                    throw .storeRead(error, reading: "the callees' devices")
                 }
                 answer(.success(try startCall(request, caller: caller, app: app, device: device, callees: callees, timeout: timeout,
                     idempotency: idempotency, needs: needs, setup: setup)))
@@ -433,6 +433,8 @@ extension Hub {
         withStore({ try $0.callSummary(id: id, appID: appID) }) { result in
             if case .success(let stored?) = result, stored.caller == identity || stored.callees.contains(identity) {
                 answer(.failure(CallError.ended.body))
+            } else if case .failure(let error) = result, Store.storageProblem(of: error) != nil {
+                answer(.failure(.storeRead(error, reading: "the call")))
             } else {
                 answer(.failure(CallError.notFound.body))
             }
@@ -620,7 +622,7 @@ extension Hub {
                 answer(.failure(CallError.notFound.body))
             case .failure(let error):
                 logger.error("call read failed", ["call": id, "error": "\(error)"])
-                answer(.failure(ErrorBody(.internal, "could not read the call")))
+                answer(.failure(.storeRead(error, reading: "the call")))
             }
         }
     }

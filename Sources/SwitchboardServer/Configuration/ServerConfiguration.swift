@@ -70,6 +70,9 @@ public struct ServerConfiguration: Sendable {
         public var maxDevicesPerUser = 20
         public var apnsRequestTimeoutSeconds = 10
         public var storeBacklogWrites = 10_000
+        /// Store connections: one writes, the others read.
+        public var storePoolSize = 4
+        public var storeStatementTimeoutMillis = 5_000
         public var maxReceiveBytesPerSecond = 1024 * 1024
         public var connectsPerIdentityPerMinute = 60
         /// Open connections (HTTP and WebSocket) past which new ones are refused at once.
@@ -226,6 +229,10 @@ public struct ServerConfiguration: Sendable {
             "connects_per_identity_per_minute", "WebSocket connects one identity may make per minute (bursts of a minute's worth).",
             1...1_000_000, \.limits.connectsPerIdentityPerMinute),
         int("store_backlog_writes", "Writes kept in memory while the disk is full or read-only.", 100...10_000_000, \.limits.storeBacklogWrites),
+        int("store_pool_size", "Connections to the store: one writes, the others read.", 2...64, \.limits.storePoolSize),
+        int(
+            "store_statement_timeout_ms", "How long one store statement may run or wait for a lock before it fails.", 100...600_000,
+            \.limits.storeStatementTimeoutMillis),
         int("apns_request_timeout_seconds", "Time APNs has to answer one push before it counts as failed.", 1...60, \.limits.apnsRequestTimeoutSeconds),
         int("invites_per_minute", "Calls one user may start per minute.", 1...10_000, \.limits.invitesPerMinute),
         int("invites_per_pair_per_minute", "Calls one user may make to the same user per minute.", 1...10_000, \.limits.invitesPerPairPerMinute),
@@ -286,6 +293,8 @@ public struct ServerConfiguration: Sendable {
             "max_devices_per_user": String(limits.maxDevicesPerUser),
             "apns_request_timeout_seconds": String(limits.apnsRequestTimeoutSeconds),
             "store_backlog_writes": String(limits.storeBacklogWrites),
+            "store_pool_size": String(limits.storePoolSize),
+            "store_statement_timeout_ms": String(limits.storeStatementTimeoutMillis),
             "max_receive_bytes_per_second": String(limits.maxReceiveBytesPerSecond),
             "connects_per_identity_per_minute": String(limits.connectsPerIdentityPerMinute),
             "invites_per_minute": String(limits.invitesPerMinute),

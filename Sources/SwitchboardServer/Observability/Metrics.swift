@@ -129,7 +129,8 @@ public final class Metrics: Sendable {
             family(
                 "switchboard_apns_config_alarms_total", "counter", "APNs answers that mean the app's push settings are wrong, by reason.", "reason",
                 configurationAlarms.map(\.apnsReason)),
-            family("switchboard_store_writes_total", "counter", "Store write transactions, by outcome.", "outcome", ["ok", "error"]),
+            family("switchboard_store_writes_total", "counter", "Store writes, by outcome.", "outcome", ["ok", "error"]),
+            family("switchboard_store_commits_total", "counter", "Store write transactions committed (writes queued while one commits go in the next)."),
             family("switchboard_store_writable", "gauge", "1 while the storage takes writes, 0 while it is full or read-only."),
             family("switchboard_store_backlog", "gauge", "Writes waiting in memory for the storage to take writes again."),
             family("switchboard_store_writes_dropped_total", "counter", "Waiting writes lost because the backlog was full (store_backlog_writes)."),

@@ -7,9 +7,10 @@ import SwitchboardSupport
 /// The store, on one of two engines with one schema: an SQLite file in WAL mode under the data
 /// directory (the embedded default), or a PostgreSQL database (`Store(postgres:)`).
 ///
-/// One writer: every write runs on the store's serial queue with the single write connection.
-/// Reads that must not wait behind writes use a second connection. Apps are cached in memory,
-/// since every token check looks one up.
+/// One writer: every write runs on the store's serial queue with the single write connection,
+/// and the writes queued while one transaction commits go together in the next (one commit for
+/// many). Reads use a pool of other connections, so that they wait neither behind writes nor
+/// behind each other. Apps are cached in memory, since every token check looks one up.
 public final class Store: Sendable {
     /// The schema, one entry per version; entry N upgrades version N to N+1. Never edit a
     /// released entry: add a new one.
@@ -131,20 +132,46 @@ public final class Store: Sendable {
         case postgres
     }
 
+    /// How much the store holds and waits: the `store_*` settings.
+    public struct Limits: Sendable, Equatable {
+        /// Queued writes kept while the storage refuses them (`store_backlog_writes`).
+        public var backlogWrites = 10_000
+        /// Connections: one writes, the others read (`store_pool_size`, at least 2).
+        public var poolSize = 4
+        /// How long one statement may run, or wait for a lock another process holds, before it
+        /// fails (`store_statement_timeout_ms`).
+        public var statementTimeoutMillis = 5_000
+
+        public init(backlogWrites: Int = 10_000, poolSize: Int = 4, statementTimeoutMillis: Int = 5_000) {
+            self.backlogWrites = backlogWrites
+            self.poolSize = max(2, poolSize)
+            self.statementTimeoutMillis = statementTimeoutMillis
+        }
+    }
+
+    /// A queued write: what it is (for logs) and what it does.
+    private typealias Write = (what: String, body: @Sendable (any SQLDatabase) throws -> Void)
+
     public let engine: Engine
     /// The SQLite file, or the PostgreSQL URL without its password.
     public let path: String
-    /// Opens both connections again (after the storage came back).
-    private let reopen: @Sendable () throws -> (writer: any SQLDatabase, reader: any SQLDatabase)
+    /// Opens the write connection again (after the storage came back).
+    private let reopenWriter: @Sendable () throws -> any SQLDatabase
+    public let limits: Limits
     /// Queued writes kept while the storage refuses them (at most this many; the oldest go first).
-    public let backlogLimit: Int
+    public var backlogLimit: Int { limits.backlogWrites }
     /// The server process writing through this store: its calls are saved with it as their owner.
     public let owner: String
     private let writer: Locked<(any SQLDatabase)?>
-    private let reader: Locked<(any SQLDatabase)?>
+    private let readers: ReadPool
     private let queue = DispatchQueue(label: "switchboard.store.writer")
-    /// Where `perform` runs the server's requests: never its event loop.
+    /// Writes queued for the writer's next transaction, and whether that turn is scheduled.
+    private let pending = Locked<(writes: [Write], scheduled: Bool)>(([], false))
+    /// Where `perform` takes the server's requests in order, one per idle read connection, to
+    /// run them on `workers`: never its event loop.
     private let requests = DispatchQueue(label: "switchboard.store.requests")
+    private let workers = DispatchQueue(label: "switchboard.store.workers", attributes: .concurrent)
+    private let idleWorkers: DispatchSemaphore
     private let apps = Locked<[String: App]>([:])
     private let metrics: Metrics?
     private let logger: Logger
@@ -152,7 +179,7 @@ public final class Store: Sendable {
     /// Writes the storage refused (disk full, read-only), in order, and why. While it holds any,
     /// or `problem` is set, the store is not writable; a retry every second drains it.
     private struct Backlog {
-        var writes: [(what: String, body: @Sendable (any SQLDatabase) throws -> Void)] = []
+        var writes: [Write] = []
         /// The last refusal while the storage refuses writes.
         var problem: StorageRefusal?
         var retryScheduled = false
@@ -164,15 +191,17 @@ public final class Store: Sendable {
     /// Opens or creates `switchboard.db` in `directory`, migrating it to the current schema.
     /// `owner` names the process (see `failInterruptedCalls`).
     public convenience init(
-        directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), backlogLimit: Int = 10_000,
+        directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), limits: Limits = Limits(),
         owner: String = "p_" + RandomID.alphanumeric(12)
     ) throws {
         try Files.createDirectory(directory)
         let path = (directory as NSString).appendingPathComponent("switchboard.db")
+        let timeout = limits.statementTimeoutMillis
         do {
             try self.init(
-                engine: .sqlite, path: path, metrics: metrics, logger: logger, backlogLimit: backlogLimit, owner: owner,
-                open: { (try Self.openWriter(path), try SQLiteDatabase(path: path, readOnly: true)) })
+                engine: .sqlite, path: path, metrics: metrics, logger: logger, limits: limits, owner: owner,
+                openWriter: { try Self.openWriter(path, busyTimeoutMillis: timeout) },
+                openReader: { try SQLiteDatabase(path: path, readOnly: true, busyTimeoutMillis: timeout) })
         } catch let error as SQLiteError {
             throw FileError(description: "cannot open the store '\(path)': \(error.message) (SQLite error \(error.code))")
         } catch let error as StoreNewerThanBuild {
@@ -183,14 +212,17 @@ public final class Store: Sendable {
     /// Opens the store in the PostgreSQL database at `url` (`postgres://user@host:port/db?…`),
     /// migrating it to the current schema. Several servers may share one database.
     public convenience init(
-        postgres url: String, metrics: Metrics? = nil, logger: Logger = Logger(), backlogLimit: Int = 10_000,
+        postgres url: String, metrics: Metrics? = nil, logger: Logger = Logger(), limits: Limits = Limits(),
         owner: String = "p_" + RandomID.alphanumeric(12)
     ) throws {
         let shown = Self.withoutPassword(url)
+        // Set again by libpq's reconnect too: each connection's sessions keep the timeout.
+        let setup = ["SET statement_timeout = \(limits.statementTimeoutMillis)"]
         do {
             try self.init(
-                engine: .postgres, path: shown, metrics: metrics, logger: logger, backlogLimit: backlogLimit, owner: owner,
-                open: { (try PostgresConnection(url: url), try PostgresConnection(url: url)) })
+                engine: .postgres, path: shown, metrics: metrics, logger: logger, limits: limits, owner: owner,
+                openWriter: { try PostgresConnection(url: url, setup: setup) },
+                openReader: { try PostgresConnection(url: url, setup: setup) })
         } catch let error as PostgresError {
             throw FileError(description: "cannot open the store at \(shown): \(error)")
         } catch let error as StoreNewerThanBuild {
@@ -199,20 +231,21 @@ public final class Store: Sendable {
     }
 
     private init(
-        engine: Engine, path: String, metrics: Metrics?, logger: Logger, backlogLimit: Int, owner: String,
-        open: @escaping @Sendable () throws -> (writer: any SQLDatabase, reader: any SQLDatabase)
+        engine: Engine, path: String, metrics: Metrics?, logger: Logger, limits: Limits, owner: String,
+        openWriter: @escaping @Sendable () throws -> any SQLDatabase, openReader: @escaping @Sendable () throws -> any SQLDatabase
     ) throws {
         self.engine = engine
         self.path = path
-        self.backlogLimit = backlogLimit
+        self.limits = limits
         self.owner = owner
         self.metrics = metrics
         self.logger = logger
-        reopen = open
-        let (database, readConnection) = try open()
+        reopenWriter = openWriter
+        let database = try openWriter()
         try Self.migrate(database, engine: engine, logger: logger)
         let loaded = try Self.loadApps(database)
-        reader = Locked(readConnection)
+        readers = try ReadPool(count: limits.poolSize - 1, open: openReader)
+        idleWorkers = DispatchSemaphore(value: readers.count)
         writer = Locked(database)
         apps.withLock { $0 = Dictionary(uniqueKeysWithValues: loaded.map { ($0.apiKey, $0) }) }
         // A store on a full or read-only disk opens (reads work) but takes no write: find out now.
@@ -229,10 +262,10 @@ public final class Store: Sendable {
     /// The store a command names: the PostgreSQL database at `url` when there is one, else
     /// SQLite in `directory`.
     public static func open(
-        url: String?, directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), backlogLimit: Int = 10_000
+        url: String?, directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), limits: Limits = Limits()
     ) throws -> Store {
-        if let url { return try Store(postgres: url, metrics: metrics, logger: logger, backlogLimit: backlogLimit) }
-        return try Store(directory: directory, metrics: metrics, logger: logger, backlogLimit: backlogLimit)
+        if let url { return try Store(postgres: url, metrics: metrics, logger: logger, limits: limits) }
+        return try Store(directory: directory, metrics: metrics, logger: logger, limits: limits)
     }
 
     /// Where a store is and how far its schema is, read without creating or migrating anything.
@@ -289,8 +322,8 @@ public final class Store: Sendable {
         (error as? any StorageFailure)?.storageProblem
     }
 
-    private static func openWriter(_ path: String) throws -> SQLiteDatabase {
-        let database = try SQLiteDatabase(path: path)
+    private static func openWriter(_ path: String, busyTimeoutMillis: Int) throws -> SQLiteDatabase {
+        let database = try SQLiteDatabase(path: path, busyTimeoutMillis: busyTimeoutMillis)
         try database.execute("PRAGMA journal_mode = WAL")
         // NORMAL in WAL mode: a crash of the process never loses a committed transaction;
         // a power loss may lose the last few, never consistency.
@@ -318,6 +351,8 @@ public final class Store: Sendable {
     private static func migrate(_ database: any SQLDatabase, engine: Engine, logger: Logger) throws {
         try database.transaction {
             if engine == .postgres {
+                // A migration of a large table may take longer than one statement may.
+                try database.execute("SET LOCAL statement_timeout = 0")
                 try database.query("SELECT pg_advisory_xact_lock(7350001)")
                 try database.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
             }
@@ -356,42 +391,85 @@ public final class Store: Sendable {
             .replacingOccurrences(of: " INTEGER", with: " BIGINT")
     }
 
-    /// Runs `body` on the writer queue later, in order with every other write. When the storage
-    /// refuses it (disk full, read-only), it waits in the backlog with every later queued write
-    /// and is written when the storage recovers; other errors are logged.
+    /// Runs `body` on the writer queue later, in order with every other write. The writes queued
+    /// while the writer is busy go in one transaction (one commit for many); when one of them
+    /// fails, each is written alone, so that only that one is lost. When the storage refuses
+    /// them (disk full, read-only, database gone), they wait in the backlog with every later
+    /// queued write and are written when the storage recovers; other errors are logged.
     public func enqueue(_ what: String, _ body: @escaping @Sendable (any SQLDatabase) throws -> Void) {
-        queue.async { [self] in
-            if backlog.withLock({ !$0.writes.isEmpty }) {
-                keep(what, body)  // behind the writes already waiting, in order
+        let schedule = pending.withLock { pending -> Bool in
+            pending.writes.append((what, body))
+            defer { pending.scheduled = true }
+            return !pending.scheduled
+        }
+        if schedule { queue.async { [self] in writePending() } }
+    }
+
+    /// Writer queue only: every write queued since the last turn.
+    private func writePending() {
+        let writes = pending.withLock { pending -> [Write] in
+            defer { pending = ([], false) }
+            return pending.writes
+        }
+        if backlog.withLock({ !$0.writes.isEmpty }) {
+            writes.forEach(keep)  // behind the writes already waiting, in order
+            return
+        }
+        writer.withLock { database in
+            guard let database else {
+                logger.error("store write after close", ["what": writes.first?.what ?? "", "count": String(writes.count)])
                 return
             }
-            writer.withLock { database in
-                guard let database else {
-                    logger.error("store write after close", ["what": what])
-                    return
-                }
-                do {
-                    try database.transaction { try body(database) }
-                    metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"])
-                } catch let error where Self.storageProblem(of: error) != nil {
-                    metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
-                    storageFailed(error, what: what)
-                    keep(what, body)
-                } catch {
-                    metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
-                    logger.error("store write failed", ["what": what, "error": "\(error)"])
-                }
+            do {
+                try database.transaction { for write in writes { try write.body(database) } }
+                committed(writes.count)
+            } catch let error where Self.storageProblem(of: error) != nil {
+                metrics?.increment("switchboard_store_writes_total", ["outcome": "error"], by: Double(writes.count))
+                storageFailed(error, what: writes.first?.what ?? "")
+                writes.forEach(keep)
+            } catch {
+                guard writes.count > 1 else { return failed(writes[0], error) }
+                writeEach(writes[...], database)
             }
         }
+    }
+
+    /// Writer queue only: `writes` one transaction each; from the first the storage refuses,
+    /// they wait in the backlog.
+    private func writeEach(_ writes: ArraySlice<Write>, _ database: any SQLDatabase) {
+        for (index, write) in zip(writes.indices, writes) {
+            do {
+                try database.transaction { try write.body(database) }
+                committed(1)
+            } catch let error where Self.storageProblem(of: error) != nil {
+                metrics?.increment("switchboard_store_writes_total", ["outcome": "error"], by: Double(writes.count - index + writes.startIndex))
+                storageFailed(error, what: write.what)
+                writes[index...].forEach(keep)
+                return
+            } catch {
+                failed(write, error)
+            }
+        }
+    }
+
+    private func committed(_ writes: Int) {
+        metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"], by: Double(writes))
+        metrics?.increment("switchboard_store_commits_total")
+    }
+
+    /// A write that failed for a reason of its own (not the storage's): logged and lost.
+    private func failed(_ write: Write, _ error: any Error) {
+        metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
+        logger.error("store write failed", ["what": write.what, "error": "\(error)"])
     }
 
     /// Why the storage does not take writes now ("disk full", "read-only"...), or nil.
     public var storageProblem: String? { backlog.withLock { $0.problem?.problem } }
 
     /// Writer queue only.
-    private func keep(_ what: String, _ body: @escaping @Sendable (any SQLDatabase) throws -> Void) {
+    private func keep(_ write: Write) {
         let dropped = backlog.withLock { backlog -> Bool in
-            backlog.writes.append((what, body))
+            backlog.writes.append(write)
             guard backlog.writes.count > backlogLimit else { return false }
             backlog.writes.removeFirst()
             backlog.dropped += 1
@@ -448,24 +526,19 @@ public final class Store: Sendable {
                 if connection == nil || problem == "read-only" || problem == "database unavailable" {
                     connection?.close()
                     connection = nil
-                    reader.withLock { reader in
-                        reader?.close()
-                        reader = nil
-                    }
-                    let (reopenedWriter, reopenedReader) = try reopen()
-                    connection = reopenedWriter
-                    reader.withLock { $0 = reopenedReader }
+                    readers.renew()
+                    connection = try reopenWriter()
                 }
                 guard let database = connection else { return false }
                 if backlog.withLock({ $0.writes.isEmpty }) { try Self.probe(database, engine: engine) }
                 while let next = backlog.withLock({ $0.writes.first }) {
                     do {
                         try database.transaction { try next.body(database) }
-                        metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"])
+                        committed(1)
                     } catch let error where Self.storageProblem(of: error) != nil {
                         throw error
                     } catch {
-                        logger.error("store write failed", ["what": next.what, "error": "\(error)"])
+                        failed(next, error)
                     }
                     backlog.withLock { _ = $0.writes.removeFirst() }
                 }
@@ -485,12 +558,11 @@ public final class Store: Sendable {
         }
     }
 
-    /// Runs a read on the read connection.
+    /// Runs a read on a read connection of its own (waiting while every one is busy).
     /// A read connection to a database server that went away connects again, once, before the
     /// read fails.
     public func read<T>(_ body: (any SQLDatabase) throws -> T) throws -> T {
-        try reader.withLock { database in
-            guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
+        try readers.withConnection { database in
             do {
                 return try body(database)
             } catch let error where Self.storageProblem(of: error) == "database unavailable" {
@@ -505,16 +577,21 @@ public final class Store: Sendable {
         queue.sync {}
     }
 
-    /// Runs `body` on the store's request thread, in order with every other request, once the
-    /// writes queued before it are done (so it reads what the caller wrote: a call's end, a
-    /// device's registration), and hands its result to `completion` on that thread. The server
-    /// reaches the store only through this from its event loop (`Hub.withStore`).
+    /// Runs `body` on one of the store's request threads (as many as read connections; the
+    /// requests start in the order they came), once the writes queued before it are done (so it
+    /// reads what the caller wrote: a call's end, a device's registration), and hands its result
+    /// to `completion` on that thread. The server reaches the store only through this from its
+    /// event loop (`Hub.withStore`).
     public func perform<T: Sendable>(
         _ body: @escaping @Sendable (Store) throws -> T, completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         requests.async { [self] in
-            queue.sync {}
-            completion(Result { try body(self) })
+            idleWorkers.wait()
+            workers.async { [self] in
+                defer { idleWorkers.signal() }
+                queue.sync {}
+                completion(Result { try body(self) })
+            }
         }
     }
 
@@ -528,7 +605,7 @@ public final class Store: Sendable {
                 guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
                 do {
                     let result = try database.transaction { try body(database) }
-                    metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"])
+                    committed(1)
                     return result
                 } catch {
                     metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
@@ -553,10 +630,7 @@ public final class Store: Sendable {
                 database = nil
             }
         }
-        reader.withLock { database in
-            database?.close()
-            database = nil
-        }
+        readers.close()
     }
 
     /// `PRAGMA integrity_check`: "ok" when the file is sound. SQLite only: PostgreSQL checks
@@ -670,6 +744,17 @@ struct StoreNewerThanBuild: Error, CustomStringConvertible {
     var version: Int
     var supported: Int
     var description: String { "database schema version \(version) is newer than this build (\(supported))" }
+}
+
+extension ErrorBody {
+    /// A read the store could not answer: `503 unavailable` while the database does not answer
+    /// or a statement timed out (retry later), `500 internal` for anything else.
+    static func storeRead(_ error: any Error, reading what: String) -> ErrorBody {
+        if let problem = Store.storageProblem(of: error) {
+            return ErrorBody(.unavailable, "storage unavailable (\(problem)): could not read \(what); retry later")
+        }
+        return ErrorBody(.internal, "could not read \(what)")
+    }
 }
 
 /// Why the storage takes no writes now, as the store last heard it.

@@ -21,7 +21,7 @@ extension Gateway {
                 case .success(let identities): return encoded(200, ["identities": identities])
                 case .failure(let error):
                     logger.error("block list read failed", ["app": appID, "error": "\(error)"])
-                    return failure(ErrorBody(.internal, "could not read the block list"))
+                    return failure(.storeRead(error, reading: "the block list"))
                 }
             })
         case .put:

@@ -47,7 +47,7 @@ extension Gateway {
                         reply(encoded(200, JSONValue.object(body)))
                     case .failure(let error):
                         logger.error("history read failed", ["app": app.id, "error": "\(error)"])
-                        reply(failure(ErrorBody(.internal, "could not read the history")))
+                        reply(failure(.storeRead(error, reading: "the history")))
                     }
                 }
             })
@@ -66,7 +66,7 @@ extension Gateway {
                             reply(encoded(200, ["call_id": JSONValue.string(callID), "trace": .array(entries)]))
                         case .failure(let error):
                             logger.error("trace read failed", ["call": callID, "error": "\(error)"])
-                            reply(failure(ErrorBody(.internal, "could not read the trace")))
+                            reply(failure(.storeRead(error, reading: "the trace")))
                         }
                     }
                 }

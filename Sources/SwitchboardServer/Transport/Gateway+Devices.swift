@@ -43,7 +43,7 @@ extension Gateway {
                 case .success(let devices): return encoded(200, ["devices": JSONValue.array(devices.map(\.redacted))])
                 case .failure(let error):
                     logger.error("device read failed", ["app": appID, "error": "\(error)"])
-                    return failure(ErrorBody(.internal, "could not read the devices"))
+                    return failure(.storeRead(error, reading: "the devices"))
                 }
             })
         case (.put, 3):

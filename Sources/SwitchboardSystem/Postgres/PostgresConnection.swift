@@ -10,6 +10,8 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
 
     /// The server did not answer: it is down, restarting, or the connection was cut.
     public var connectionLost: Bool { sqlState == nil || sqlState!.hasPrefix("08") || sqlState == "57P01" }
+    /// The statement ran (or waited for a lock) longer than `statement_timeout` allows.
+    public var timedOut: Bool { sqlState == "57014" }
     /// A unique or primary-key constraint refused the row.
     public var uniqueViolation: Bool { sqlState == "23505" }
 
@@ -19,7 +21,7 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
 extension PostgresError: StorageFailure {
     /// A server that does not answer takes no writes for now; anything else is about the
     /// statement.
-    public var storageProblem: String? { connectionLost ? "database unavailable" : nil }
+    public var storageProblem: String? { connectionLost ? "database unavailable" : timedOut ? "statement timeout" : nil }
 }
 
 /// One connection to a PostgreSQL server through libpq. Calls block: they are for the store's
@@ -33,8 +35,13 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
     private var translated: [String: String] = [:]
     public private(set) var changes = 0
 
-    /// Connects with a libpq connection string or URL (`postgres://user@host:port/db?sslmode=…`).
-    public init(url: String) throws(PostgresError) {
+    /// Statements run on every new session: after connecting and after each reconnect.
+    private let setup: [String]
+
+    /// Connects with a libpq connection string or URL (`postgres://user@host:port/db?sslmode=…`)
+    /// and runs `setup` (`SET statement_timeout = …`) on the new session.
+    public init(url: String, setup: [String] = []) throws(PostgresError) {
+        self.setup = setup
         guard let connection = PQconnectdb(url) else { throw PostgresError(message: "out of memory connecting to PostgreSQL") }
         guard PQstatus(connection) == CONNECTION_OK else {
             let message = Self.text(PQerrorMessage(connection))
@@ -45,6 +52,7 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
         // each to standard error.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         self.connection = connection
+        for statement in setup { try execute(statement) }
     }
 
     deinit { close() }
@@ -62,7 +70,11 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
     public func reconnect() -> Bool {
         guard let connection else { return false }
         PQreset(connection)
-        return PQstatus(connection) == CONNECTION_OK
+        guard PQstatus(connection) == CONNECTION_OK else { return false }
+        do {
+            for statement in setup { try execute(statement) }
+        } catch { return false }
+        return true
     }
 
     /// The server's version number (150004 for 15.4).

@@ -48,6 +48,8 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
         case SQLITE_READONLY: "read-only"
         case SQLITE_IOERR: "I/O error"
         case SQLITE_CANTOPEN: "cannot open the database file"
+        // Another process held the lock longer than the busy timeout allows.
+        case SQLITE_BUSY: "statement timeout"
         default: nil
         }
     }
@@ -69,8 +71,9 @@ public final class SQLiteDatabase: @unchecked Sendable {
     private var statements: [String: OpaquePointer] = [:]
     public let path: String
 
-    /// Opens (creating if needed) the database at `path`.
-    public init(path: String, readOnly: Bool = false) throws {
+    /// Opens (creating if needed) the database at `path`. A statement waits at most
+    /// `busyTimeoutMillis` for a lock another connection holds.
+    public init(path: String, readOnly: Bool = false, busyTimeoutMillis: Int = 5_000) throws {
         self.path = path
         let flags = readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         let status = sqlite3_open_v2(path, &handle, flags | SQLITE_OPEN_NOMUTEX, nil)
@@ -80,7 +83,7 @@ public final class SQLiteDatabase: @unchecked Sendable {
             throw SQLiteError(code: status, message: message)
         }
         sqlite3_extended_result_codes(handle, 1)
-        sqlite3_busy_timeout(handle, 5000)
+        sqlite3_busy_timeout(handle, Int32(clamping: busyTimeoutMillis))
     }
 
     deinit {
