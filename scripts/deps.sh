@@ -7,8 +7,9 @@ set -euo pipefail
 
 runtime=(pkg-config libwebsockets-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev libnghttp2-dev libjansson-dev libsimdjson-dev libpq-dev)
 # Real peers for the tests: coturn, Chromium and its driver, the tools to isolate them, and
-# PostgreSQL (scripts/with-postgres.sh starts one of its own on loopback).
-testing=(coturn chromium chromium-driver iproute2 util-linux postgresql)
+# PostgreSQL (scripts/with-postgres.sh starts one of its own on loopback, with TLS: openssl makes
+# its certificate).
+testing=(coturn chromium chromium-driver iproute2 util-linux postgresql openssl)
 
 wanted=("${runtime[@]}")
 if [ "${1:-run}" = "test" ]; then

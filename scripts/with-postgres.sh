@@ -2,7 +2,8 @@
 # scripts/with-postgres.sh COMMAND...: runs COMMAND with a PostgreSQL 15 of its own, on
 # 127.0.0.1 and a free port, its files in a temporary folder; stops and removes it afterwards.
 # COMMAND sees SWITCHBOARD_TEST_POSTGRES_URL (a superuser `sb`, database `postgres`) and
-# SWITCHBOARD_TEST_POSTGRES_REQUIRED=1 (the PostgreSQL tests fail, not skip, without a server).
+# SWITCHBOARD_TEST_POSTGRES_REQUIRED=1 (the PostgreSQL tests fail, not skip, without a server),
+# and SWITCHBOARD_TEST_POSTGRES_CA, the certificate its TLS presents.
 # PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
 set -euo pipefail
 bin="${POSTGRES_BIN:-/usr/lib/postgresql/15/bin}"
@@ -21,12 +22,21 @@ stop() {
 trap stop EXIT
 "${as_owner[@]}" "$bin/initdb" -D "$dir/data" -A trust -U sb --no-sync >"$dir/initdb.log" 2>&1 \
   || { cat "$dir/initdb.log" >&2; exit 1; }
+# TLS on (connections choose: libpq's sslmode): a self-signed certificate for 127.0.0.1, which
+# is its own root for sslmode=verify-full, and another one that must not be trusted for it.
+for name in server other; do
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=127.0.0.1" \
+    -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" -keyout "$dir/$name.key" -out "$dir/$name.crt" 2>/dev/null
+done
+chmod 600 "$dir/server.key"
+[ "$(id -u)" -eq 0 ] && chown postgres "$dir/server.key" "$dir/server.crt"
 # fsync off: the tests' data does not outlive the run; durability across a killed server still
 # holds (the WAL is in the page cache), a machine crash is not tested.
 "${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null \
+  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 -c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key" start >/dev/null \
   || { cat "$dir/server.log" >&2; exit 1; }
 export SWITCHBOARD_TEST_POSTGRES_URL="postgres://sb@127.0.0.1:$port/postgres"
 export SWITCHBOARD_TEST_POSTGRES_REQUIRED=1
+export SWITCHBOARD_TEST_POSTGRES_CA="$dir/server.crt" SWITCHBOARD_TEST_POSTGRES_OTHER_CA="$dir/other.crt"
 echo "with-postgres: PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
 "$@"

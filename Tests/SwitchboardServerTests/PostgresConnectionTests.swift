@@ -3,6 +3,8 @@ import SwitchboardSupport
 import SwitchboardSystem
 import Testing
 
+@testable import SwitchboardServer
+
 /// The PostgreSQL `scripts/with-postgres.sh` started for this run (`make test` does), if any.
 enum TestPostgres {
     static let url = ProcessInfo.processInfo.environment["SWITCHBOARD_TEST_POSTGRES_URL"]
@@ -102,5 +104,37 @@ struct PostgresConnectionTests {
             #expect(error.connectionLost)
             #expect(error.description.contains("cannot connect to PostgreSQL"))
         }
+    }
+
+    /// TLS to the database when the URL asks for it: `sslmode=require` encrypts,
+    /// `verify-full` also checks the server's certificate against `sslrootcert` and refuses one
+    /// it does not chain to; `disable` shows the check below can tell the difference. A reconnect
+    /// keeps TLS, and a store opened on such a URL reads over it.
+    @Test func tlsToTheDatabaseIsWhatTheURLAsksFor() throws {
+        let environment = ProcessInfo.processInfo.environment
+        let ca = try #require(environment["SWITCHBOARD_TEST_POSTGRES_CA"], "with-postgres.sh names the server's certificate")
+        let otherCA = try #require(environment["SWITCHBOARD_TEST_POSTGRES_OTHER_CA"])
+        let (url, drop) = try TestPostgres.database()
+        defer { drop() }
+        func with(_ parameters: String) -> String { url + (url.contains("?") ? "&" : "?") + parameters }
+        func usesTLS(_ db: any SQLDatabase) throws -> Bool {
+            try db.query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()") == [[.integer(1)]]
+        }
+        #expect(try !usesTLS(PostgresConnection(url: with("sslmode=disable"))))
+        #expect(try usesTLS(PostgresConnection(url: with("sslmode=require"))))
+        let verified = try PostgresConnection(url: with("sslmode=verify-full&sslrootcert=\(ca)"))
+        #expect(try usesTLS(verified))
+        #expect(verified.reconnect())
+        #expect(try usesTLS(verified), "a reconnect keeps TLS")
+        do {
+            _ = try PostgresConnection(url: with("sslmode=verify-full&sslrootcert=\(otherCA)"))
+            Issue.record("a server whose certificate is not trusted was accepted")
+        } catch {
+            #expect(error.description.contains("certificate verify failed"), "\(error)")
+        }
+        let store = try Store(postgres: with("sslmode=verify-full&sslrootcert=\(ca)"))
+        defer { store.close() }
+        #expect(try store.read(usesTLS))
+        #expect(try store.write { try $0.query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()") } == [[.integer(1)]], "the write connection too")
     }
 }
