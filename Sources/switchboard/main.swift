@@ -16,6 +16,7 @@ let usage = """
       app list      List apps (secrets redacted)
       token         Print an access token (JWT) for a user of an app
       store status  Print the store's engine and schema version (reads only)
+      store migrate Copy an SQLite store into an empty PostgreSQL database, and check it
       push          Send one VoIP (or alert) push through APNs
       apns-sandbox  Run a local APNs provider API for development and tests
       phone         A terminal softphone (SwitchboardKit with a simulated call UI)

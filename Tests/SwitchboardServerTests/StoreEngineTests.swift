@@ -371,4 +371,89 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         #expect(locked.wait(timeout: .now() + 5) == .success)
         if !freeAnswered { #expect(free.wait(timeout: .now() + 5) == .success) }
     }
+
+    /// `switchboard store migrate` copies an SQLite store with a few thousand calls into an empty
+    /// PostgreSQL database and checks it; the PostgreSQL store then answers as the SQLite one did.
+    /// A second run is refused (the target holds rows), and so is a run while a server holds the
+    /// data directory.
+    @Test(.enabled(if: TestPostgres.runs, TestPostgres.skipReason))
+    func migrateCopiesAnSQLiteStoreIntoAnEmptyPostgresDatabase() async throws {
+        let sqlite = try StoreEngine.Place(.sqlite), postgres = try StoreEngine.Place(.postgres)
+        let calls = 3_000
+        do {
+            let store = try sqlite.open()
+            defer { store.close() }
+            try store.insert(Self.app)
+            let other = App.make(name: "Other", bundleID: "com.example.other", now: Date(timeIntervalSince1970: 1_800_000_000))
+            try store.insert(other)
+            for user in 0..<40 {
+                try store.register(device("u\(user)", "phone", voip: "voip-\(user)", apns: "apns-\(user)", at: Int64(user)))
+            }
+            try store.setBlocked(["u1", "u2"], appID: Self.app.id, userID: "u0")
+            try store.setPushSettings(.key(pem: "KEY", keyID: "K1", teamID: "T1"), appID: Self.app.id)
+            try store.setProviderToken("jwt-1", issuedAt: Date(timeIntervalSince1970: 100), keyID: "K1", teamID: "T1")
+            for index in 0..<calls {
+                var state = CallState(
+                    id: "call-\(index)", appID: Self.app.id, caller: "u\(index % 40)", callerDevice: "phone", callees: ["u\((index + 1) % 40)"],
+                    busy: [], connected: ["u\((index + 1) % 40)"], phones: [:], now: .now, nowMillis: 1_800_000_000_000 + Int64(index) * 1_000,
+                    ringTimeout: .seconds(45))
+                store.saveCall(state, idempotencyKey: index % 10 == 0 ? "key-\(index)" : nil)
+                if index % 3 == 0 {
+                    _ = try state.answer(by: "u\((index + 1) % 40)", device: "phone", nowMillis: 1_800_000_000_000 + Int64(index) * 1_000 + 300)
+                    _ = try state.end(by: "u\(index % 40)", device: "phone", reason: nil, nowMillis: 1_800_000_000_000 + Int64(index) * 1_000 + 900)
+                } else {
+                    _ = try state.cancel(by: "u\(index % 40)", nowMillis: 1_800_000_000_000 + Int64(index) * 1_000 + 500)
+                }
+                store.saveCall(state, idempotencyKey: index % 10 == 0 ? "key-\(index)" : nil)
+                store.recordHistory(state, video: index % 2 == 0)
+                for event in ["push_sent", "apns_accepted", "ended"] {
+                    store.trace(callID: "call-\(index)", user: "u\((index + 1) % 40)", device: "phone", channel: "voip_push", event: event,
+                        atMillis: 1_800_000_000_000 + Int64(index) * 1_000, detail: event == "apns_accepted" ? ["apns_status": 200] : nil)
+                }
+            }
+            store.flush()
+        }
+
+        let migrate = ["store", "migrate", "--from", "sqlite:" + sqlite.location, "--to", postgres.location]
+        let tool = try ToolProcess(migrate)
+        #expect(try await tool.waitForExit() == 0, "\(tool.standardError)")
+        let report = try JSONDecoder().decode(JSONValue.self, from: Data(tool.standardOutput.utf8))
+        #expect(report["tables"]?["calls"] == .int(Int64(calls)))
+        #expect(report["tables"]?["call_history"] == .int(Int64(calls * 2)))
+        #expect(report["tables"]?["call_trace"] == .int(Int64(calls * 3)))
+        #expect(report["tables"]?["apps"] == 2 && report["tables"]?["devices"] == 40 && report["tables"]?["blocked"] == 2)
+        #expect((report["rows_compared"]?.intValue ?? 0) >= 200 && (report["reads_compared"]?.intValue ?? 0) > 50, "\(report)")
+        #expect(report["to"]?.stringValue?.contains("@") == true)
+
+        // The copy answers as the original did, and takes new writes after the copied ones.
+        let copy = try postgres.open()
+        let original = try sqlite.open()
+        #expect(try copy.allApps() == original.allApps())
+        #expect(copy.app(apiKey: Self.app.apiKey) == Self.app)
+        for user in ["u0", "u7", "u39"] {
+            #expect(try copy.history(appID: Self.app.id, userID: user, limit: 500, before: nil)
+                == original.history(appID: Self.app.id, userID: user, limit: 500, before: nil))
+            #expect(try copy.devices(appID: Self.app.id, userID: user) == original.devices(appID: Self.app.id, userID: user))
+        }
+        #expect(try copy.isBlocked("u2", by: "u0", appID: Self.app.id))
+        #expect(try copy.pushSettings(appID: Self.app.id) == .key(pem: "KEY", keyID: "K1", teamID: "T1"))
+        #expect(try copy.providerToken(keyID: "K1", teamID: "T1") == "jwt-1")
+        #expect(try copy.callSummary(id: "call-2999", appID: Self.app.id)?.summary == original.callSummary(id: "call-2999", appID: Self.app.id)?.summary)
+        #expect(try copy.trace(callID: "call-1234") == original.trace(callID: "call-1234"))
+        traceEntry(copy, call: "call-1234", at: 1_900_000_000_000)
+        copy.flush()
+        #expect(try copy.trace(callID: "call-1234").count == 4, "the trace's sequence goes on after the copied entries")
+        copy.close()
+        original.close()
+
+        let again = try ToolProcess(migrate)
+        #expect(try await again.waitForExit() == 1)
+        #expect(again.standardError.contains("already holds rows"), "\(again.standardError)")
+
+        let lock = try DirectoryLock(directory: sqlite.location, infoFile: sqlite.location + "/switchboard.lock", holder: "a test server")
+        defer { lock.release() }
+        let running = try ToolProcess(["store", "migrate", "--from", "sqlite:" + sqlite.location, "--to", postgres.location])
+        #expect(try await running.waitForExit() == 1)
+        #expect(running.standardError.contains("stop it first"), "\(running.standardError)")
+    }
 }
