@@ -44,7 +44,7 @@ typecheck-apple:
 	scripts/typecheck-apple.sh
 
 bench: test-deps
-	VENV=$(VENV) scripts/bench.sh
+	POSTGRES_DURABLE=1 VENV=$(VENV) scripts/with-postgres.sh scripts/bench.sh
 
 # libFuzzer on every parser of outside input, FUZZ_SECONDS (default 60) per target.
 fuzz: deps

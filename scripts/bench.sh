@@ -488,15 +488,38 @@ wait_for "$out/sandbox.out" "admin API"
 apns_url=$(sed -n 's/^APNs sandbox: \(https:[^ ]*\).*/\1/p' "$out/sandbox.out")
 apns_cert=$(sed -n 's/^certificate: *\(.*\)$/\1/p' "$out/sandbox.out")
 
-calls_run() {  # calls_run RUN RATE SECONDS: a fresh server; prints the generator's line plus the server's figures
+# PostgreSQL: the one make bench starts (scripts/with-postgres.sh, every commit flushed to the
+# disk), on core 1 with the generator; a database of its own per run.
+pg_url="${SWITCHBOARD_TEST_POSTGRES_URL:-}"
+engines="sqlite"
+if [ -n "$pg_url" ]; then
+  engines="sqlite postgres"
+  for pid in "$SWITCHBOARD_TEST_POSTGRES_PID" $(pgrep -P "$SWITCHBOARD_TEST_POSTGRES_PID"); do taskset -pc 1 "$pid" >/dev/null; done
+else
+  echo "bench: no PostgreSQL (run through make bench): call setup measured on SQLite only" >&2
+fi
+store_args() {  # store_args ENGINE NAME: the options that put a command on that engine's store
+  if [ "$1" = postgres ]; then
+    psql -q "$pg_url" -c "CREATE DATABASE $2" >/dev/null
+    echo "--data-dir $out/$2 --store-url ${pg_url%/*}/$2"
+  else
+    echo "--data-dir $out/$2"
+  fi
+}
+
+calls_run() {  # calls_run ENGINE RUN RATE SECONDS: a fresh server; prints the generator's line plus the server's figures
   # (a key id of its own: the sandbox, like APNs, refuses a key whose token changes too often)
-  local run=$1 rate=$2 seconds=$3
-  "$bin/switchboard" app create --name Bench --bundle-id com.example.bench --data-dir "$out/calls-$run-$rate" >"$out/app.json"
+  local engine=$1 run=$2 rate=$3 seconds=$4
+  local store; store=$(store_args "$engine" "calls_${engine}_${run}_${rate}")
+  # shellcheck disable=SC2086
+  "$bin/switchboard" app create --name Bench --bundle-id com.example.bench $store >"$out/app.json"
   key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key"])' "$out/app.json")
   secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_secret"])' "$out/app.json")
+  # shellcheck disable=SC2086
   "$bin/switchboard" app push-key --api-key "$key" --key-file "$out/push-key.p8" --team-id TEAM123456 \
-    --key-id "$(printf 'K%09d' $((run * 100000 + rate)))" --data-dir "$out/calls-$run-$rate" >/dev/null
-  taskset -c 0 "$bin/switchboard" serve --port 0 --data-dir "$out/calls-$run-$rate" --apns-url "$apns_url" --apns-ca-file "$apns_cert" \
+    --key-id "$(printf 'K%09d' $((run * 100000 + rate + ${#engine})))" $store >/dev/null
+  # shellcheck disable=SC2086
+  taskset -c 0 "$bin/switchboard" serve --port 0 $store --apns-url "$apns_url" --apns-ca-file "$apns_cert" \
     --invites-per-minute 10000 --invites-per-pair-per-minute 10000 >"$out/serve.out" 2>"$out/serve.err" &
   server=$!
   wait_for "$out/serve.err" "msg=listening"
@@ -510,61 +533,113 @@ calls_run() {  # calls_run RUN RATE SECONDS: a fresh server; prints the generato
   local end_ticks; end_ticks=$(cpu_ticks "$server")
   curl -s "http://127.0.0.1:$port/metrics" >"$out/metrics"
   kill "$server"; wait "$server" 2>/dev/null || true
-  python3 - "$out/result" "$out/metrics" "$((end_ticks - start_ticks))" "$rate" <<'PY'
+  python3 - "$out/result" "$out/metrics" "$((end_ticks - start_ticks))" "$rate" "$engine" <<'PY'
 import json, re, sys
 result = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 metrics = open(sys.argv[2]).read()
 def quantile(q):
     m = re.search(r'^switchboard_call_setup_seconds\{quantile="%s"\} (\S+)$' % q, metrics, re.M)
     return float(m.group(1)) if m else None
+def counter(name):
+    m = re.search(r'^%s (\S+)$' % name, metrics, re.M)
+    return float(m.group(1)) if m else 0
 pushes = sum(float(v) for v in re.findall(r'^switchboard_apns_pushes_total\{type="voip",reason="Success"\} (\S+)$', metrics, re.M))
+writes = sum(float(v) for v in re.findall(r'^switchboard_store_writes_total\{outcome="ok"\} (\S+)$', metrics, re.M))
 result.update(setup_p50_ms=quantile("0.5") * 1000, setup_p99_ms=quantile("0.99") * 1000, setup_p999_ms=quantile("0.999") * 1000,
-              server_cpu_share=int(sys.argv[3]) / 100 / result["seconds"], pushes_accepted=pushes, target_rate=int(sys.argv[4]))
+              server_cpu_share=int(sys.argv[3]) / 100 / result["seconds"], pushes_accepted=pushes, target_rate=int(sys.argv[4]),
+              engine=sys.argv[5], store_writes=writes, store_commits=counter("switchboard_store_commits_total"))
 print(json.dumps(result))
 PY
 }
 
-for run in $(seq 1 "$runs"); do
-  calls_run "$run" "$calls_rate" "$calls_seconds" >>"$out/calls.jsonl"
-  calls_run "$run" "$calls_peak" 10 >>"$out/calls.jsonl"
+for engine in $engines; do
+  for run in $(seq 1 "$runs"); do
+    calls_run "$engine" "$run" "$calls_rate" "$calls_seconds" >>"$out/calls.jsonl"
+    calls_run "$engine" "$run" "$calls_peak" 10 >>"$out/calls.jsonl"
+  done
 done
 kill "$sandbox_pid" 2>/dev/null || true
 cat "$out/calls.jsonl"
 
-python3 - "$out/calls.jsonl" "$runs" "$calls_rate" "$calls_peak" "$calls_seconds" >"$out/calls.md" <<'PY'
+# The store alone: trace entries written as the server queues them, and one transaction each.
+store_seconds="${STORE_SECONDS:-5}"
+for engine in $engines; do
+  for mode in queued single; do
+    for run in $(seq 1 "$runs"); do
+      store=$(store_args "$engine" "store_${engine}_${mode}_${run}")
+      # shellcheck disable=SC2086
+      taskset -c 0 "$bin/switchboard-bench" store $store --seconds "$store_seconds" --mode "$mode" \
+        | python3 -c 'import json,sys; r=json.loads(sys.stdin.read().strip().splitlines()[-1]); r.update(engine=sys.argv[1], mode=sys.argv[2]); print(json.dumps(r))' "$engine" "$mode" \
+        >>"$out/store.jsonl"
+    done
+  done
+done
+cat "$out/store.jsonl"
+
+python3 - "$out/calls.jsonl" "$out/store.jsonl" "$runs" "$calls_rate" "$calls_peak" "$calls_seconds" "$store_seconds" >"$out/calls.md" <<'PY'
 import datetime, json, os, platform, statistics, subprocess, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
-runs, rate, peak, seconds = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-def median(target, key):
-    return statistics.median(r[key] for r in rows if r["target_rate"] == target)
-failed = sum(r["failed"] for r in rows)
+stores = [json.loads(line) for line in open(sys.argv[2])]
+runs, rate, peak, seconds, store_seconds = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
+engines = sorted({r["engine"] for r in rows}, key=["sqlite", "postgres"].index)
+names = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
+def median(engine, target, key):
+    return statistics.median(r[key] for r in rows if r["target_rate"] == target and r["engine"] == engine)
+failed = sum(r["failed"] for r in rows if r["target_rate"] == rate)
 cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
-def row(target, label):
-    return (f"| {label} | {median(target, 'calls_per_second'):,.0f} | {median(target, 'setup_p50_ms'):.2f} | "
-            f"**{median(target, 'setup_p99_ms'):.2f}** | {median(target, 'setup_p999_ms'):.2f} | "
-            f"{median(target, 'reply_p50_us') / 1000:.2f} / {median(target, 'reply_p99_us') / 1000:.2f} | {median(target, 'server_cpu_share'):.0%} |")
+pg = subprocess.run(["psql", "--version"], capture_output=True, text=True).stdout.split()[-1] if "postgres" in engines else ""
+def row(engine, target, label):
+    m = lambda key: median(engine, target, key)
+    per_commit = m("store_writes") / max(1, m("store_commits"))
+    return (f"| {names[engine]} | {label} | {m('calls_per_second'):,.0f} | {m('setup_p50_ms'):.2f} | "
+            f"**{m('setup_p99_ms'):.2f}** | {m('setup_p999_ms'):.2f} | "
+            f"{m('reply_p50_us') / 1000:.2f} / {m('reply_p99_us') / 1000:.2f} | {m('server_cpu_share'):.0%} | {per_commit:.1f} |")
+table = "\n".join(row(e, t, l) for e in engines for t, l in ((rate, f"{rate:,}/s for {seconds} s"), (peak, f"{peak:,}/s for 10 s (saturation)")))
+def store_median(engine, mode, key):
+    return statistics.median(r[key] for r in stores if r["engine"] == engine and r["mode"] == mode)
+store_rows = "\n".join(
+    f"| {names[e]} | {store_median(e, 'queued', 'writes_per_second'):,.0f} "
+    f"({store_median(e, 'queued', 'writes') / max(1, store_median(e, 'queued', 'commits')):,.0f} per commit) | "
+    f"{store_median(e, 'single', 'writes_per_second'):,.0f} | "
+    f"{store_median(e, 'queued', 'writes_per_second') / store_median(e, 'single', 'writes_per_second'):.0f}× |"
+    for e in engines)
+pg_line = (f"PostgreSQL {pg} runs on loopback with its default durability (every commit flushed to the disk),"
+           " on core 1 with the generator; a database of its own per run.") if pg else "No PostgreSQL in this run."
 section = f"""## Call setup: invites per second, pushes through the APNs sandbox
 
 Measured {datetime.date.today().isoformat()} on {os.cpu_count()} × {cpu_model}, Linux {platform.release()}, {swift}.
 500 callees each register an iPhone with a VoIP token; 50 callers (`switchboard-bench calls`)
 start calls over their WebSockets at a steady rate, round robin, each ringing one callee (a
 VoIP push to `switchboard apns-sandbox`, which accepts it) until the run ends. The server runs
-on core 0; the generator and the sandbox on core 1. The server's share is its own
+on core 0; the generator and the sandbox on core 1. {pg_line} The server's share is its own
 `switchboard_call_setup_seconds` summary: from the invite arriving to the push handed to the
-APNs connection and the call's record written to SQLite, whichever is last. Medians of {runs}
-runs, each on a fresh server after a warm-up second; failed calls in all runs: {failed}.
+APNs connection and the call's record written to the store, whichever is last. Medians of {runs}
+runs per engine, each on a fresh server and store after a warm-up second; calls failed at
+{rate:,}/s in all runs: {failed} (at saturation the excess is refused `503` by
+`max_pending_call_setups`, as it should be).
 
-| offered rate | calls/s | server share p50 ms | p99 ms | p99.9 ms | reply to caller p50 / p99 ms | server CPU |
-|---|---|---|---|---|---|---|
-{row(rate, f"{rate:,}/s for {seconds} s")}
-{row(peak, f"{peak:,}/s for 10 s (saturation)")}
+| store | offered rate | calls/s | server share p50 ms | p99 ms | p99.9 ms | reply to caller p50 / p99 ms | server CPU | store writes per commit |
+|---|---|---|---|---|---|---|---|---|
+{table}
 
-Target: server share p99 ≤ 10 ms at 500 setups/s. What this benchmark found and fixed: the busy
-check walked every live call for each callee (46% of the server's CPU with 20,000 calls
-ringing; now an index of answered calls per user), and `serve` waited for SIGTERM with a
-semaphore on a thread of Swift's cooperative pool, leaving push tasks waiting for a thread
-(p99 730 ms with the server on one core; it now suspends, and the p99 is above).
+Target: server share p99 ≤ 10 ms at 500 setups/s, on each engine. What this benchmark found and
+fixed: the busy check walked every live call for each callee (46% of the server's CPU with
+20,000 calls ringing; now an index of answered calls per user), and `serve` waited for SIGTERM
+with a semaphore on a thread of Swift's cooperative pool, leaving push tasks waiting for a
+thread (p99 730 ms with the server on one core; it now suspends, and the p99 is above).
+
+### The store's writes per second
+
+`switchboard-bench store` writes trace entries (a call's most frequent write, 130 bytes) for
+{store_seconds} s on core 0 against a fresh store: queued as the server queues them (1,000 at a time,
+then waiting for them; the writes queued while one transaction commits go together in the next),
+and one transaction each, waited for (what a write costs alone: one commit, flushed). Medians of
+{runs} runs.
+
+| store | queued writes/s | one per transaction, writes/s | ratio |
+|---|---|---|---|
+{store_rows}
 """
 print(section)
 PY

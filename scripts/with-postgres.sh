@@ -3,7 +3,7 @@
 # 127.0.0.1 and a free port, its files in a temporary folder; stops and removes it afterwards.
 # COMMAND sees SWITCHBOARD_TEST_POSTGRES_URL (a superuser `sb`, database `postgres`) and
 # SWITCHBOARD_TEST_POSTGRES_REQUIRED=1 (the PostgreSQL tests fail, not skip, without a server),
-# and SWITCHBOARD_TEST_POSTGRES_CA, the certificate its TLS presents.
+# SWITCHBOARD_TEST_POSTGRES_CA, the certificate its TLS presents, and _PID, the server's process.
 # PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
 set -euo pipefail
 bin="${POSTGRES_BIN:-/usr/lib/postgresql/15/bin}"
@@ -31,12 +31,17 @@ done
 chmod 600 "$dir/server.key"
 [ "$(id -u)" -eq 0 ] && chown postgres "$dir/server.key" "$dir/server.crt"
 # fsync off: the tests' data does not outlive the run; durability across a killed server still
-# holds (the WAL is in the page cache), a machine crash is not tested.
+# holds (the WAL is in the page cache), a machine crash is not tested. POSTGRES_DURABLE=1 (make
+# bench) keeps PostgreSQL's defaults: every commit flushed to the disk.
+durability="-c fsync=off"
+[ "${POSTGRES_DURABLE:-0}" = 1 ] && durability=""
 "${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 -c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key" start >/dev/null \
+  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 $durability -c max_connections=200 -c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key" start >/dev/null \
   || { cat "$dir/server.log" >&2; exit 1; }
 export SWITCHBOARD_TEST_POSTGRES_URL="postgres://sb@127.0.0.1:$port/postgres"
 export SWITCHBOARD_TEST_POSTGRES_REQUIRED=1
 export SWITCHBOARD_TEST_POSTGRES_CA="$dir/server.crt" SWITCHBOARD_TEST_POSTGRES_OTHER_CA="$dir/other.crt"
+SWITCHBOARD_TEST_POSTGRES_PID="$(head -1 "$dir/data/postmaster.pid")"
+export SWITCHBOARD_TEST_POSTGRES_PID
 echo "with-postgres: PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
 "$@"

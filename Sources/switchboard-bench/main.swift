@@ -11,7 +11,7 @@
 // the given rate (round robin over callees, each rings until the run ends). Prints one JSON line:
 // {"calls_per_second": …, "created": …, "failed": …, "reply_p50_us": …, "reply_p99_us": …}.
 //
-//   switchboard-bench relay … | idle … | churn …   (see each function below)
+//   switchboard-bench relay … | idle … | churn … | store …   (see each function below)
 
 import Foundation
 import Synchronization
@@ -478,6 +478,50 @@ func benchChurn(_ arguments: [String]) async throws {
     loop.stop()
 }
 
+/// Writes to a store as the server does, for `--seconds`: trace entries (the store's most
+/// frequent write), queued (`--mode queued`: as the server writes, 1,000 queued then waited for,
+/// the writes queued while one commits going in the next transaction) or one transaction each,
+/// waited for (`--mode single`). Prints {"writes_per_second": …, "writes": …, "commits": …}.
+func benchStore(_ arguments: [String]) throws {
+    let seconds = Double(option("seconds", in: arguments) ?? "5") ?? 5
+    let single = option("mode", in: arguments) == "single"
+    let metrics = Metrics()
+    let store: Store
+    if let url = option("store-url", in: arguments) {
+        store = try Store(postgres: url, metrics: metrics)
+    } else if let directory = option("data-dir", in: arguments) {
+        store = try Store(directory: directory, metrics: metrics)
+    } else {
+        fail("--data-dir or --store-url is required")
+    }
+    defer { store.close() }
+    let insert = "INSERT INTO call_trace (call_id, user_id, device_id, channel, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    let detail = #"{"apns_status":200,"apns_id":"a3c8e4f0-1b2d-4c5e-8f90-123456789abc"}"#
+    func entry(_ index: Int) -> [SQLValue] {
+        [.text("c\(index / 4)"), .text("callee-\(index % 500)"), .text("phone"), .text("voip_push"), .text("apns_accepted"),
+         .integer(1_800_000_000_000 + Int64(index)), .text(detail)]
+    }
+    let started = ContinuousClock.now
+    var written = 0
+    while (ContinuousClock.now - started).seconds < seconds {
+        if single {
+            let values = entry(written)
+            _ = try store.write { database in try database.query(insert, values) }
+            written += 1
+        } else {
+            for index in written..<(written + 1_000) {
+                let values = entry(index)
+                store.enqueue("bench") { database in try database.query(insert, values) }
+            }
+            store.flush()
+            written += 1_000
+        }
+    }
+    let elapsed = (ContinuousClock.now - started).seconds
+    let commits = Int(metrics.counter("switchboard_store_commits_total"))
+    print(#"{"writes_per_second": \#(Int(Double(written) / elapsed)), "writes": \#(written), "commits": \#(commits), "seconds": \#(String(format: "%.3f", elapsed))}"#)
+}
+
 let arguments = Array(CommandLine.arguments.dropFirst())
 switch arguments.first {
 case "push":
@@ -490,10 +534,13 @@ case "calls":
     try await benchCalls(Array(arguments.dropFirst()))
 case "churn":
     try await benchChurn(Array(arguments.dropFirst()))
+case "store":
+    try benchStore(Array(arguments.dropFirst()))
 default:
     fail("usage: switchboard-bench push --url URL --ca-file PEM [--count N] [--concurrency C] [--connections K]\n"
         + "       switchboard-bench relay --server ws://HOST:PORT --api-key K --api-secret S [--pairs N] [--messages M] [--window W | --rate PER_SECOND]\n"
         + "       switchboard-bench idle --server ws://HOST:PORT --api-key K --api-secret S [--connections N] [--parallel P] [--hold SECONDS]\n"
         + "       switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND] [--seconds N] [--callers C] [--callees D] [--ring-timeout S]\n"
-        + "       switchboard-bench churn --server ws://HOST:PORT --api-key K --api-secret S [--seconds N] [--parallel P] [--join-rooms N]")
+        + "       switchboard-bench churn --server ws://HOST:PORT --api-key K --api-secret S [--seconds N] [--parallel P] [--join-rooms N]\n"
+        + "       switchboard-bench store --data-dir DIR | --store-url URL [--seconds N] [--mode queued|single]")
 }

@@ -109,8 +109,12 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         #expect(try store.devices(appID: Self.app.id, userID: "carol").first?.voipToken == token)
         #expect(throws: DeviceLimitReached.self) { try store.register(device("bob", "b-ipad"), limit: 1) }
         try store.register(device("bob", "b-phone"), limit: 1)  // the same device again is not a new one
+        try store.register(device("dave", "d-phone", voip: "cd" + token.dropFirst(2), apns: token, at: 13))
         #expect(try store.disablePushToken(token, reason: "Unregistered", invalidSince: nil, at: Date(timeIntervalSince1970: 20)))
         #expect(try store.devices(appID: Self.app.id, userID: "carol").first?.voipToken == nil, "a dead token is left out")
+        let both = try store.devices(appID: Self.app.id, users: ["carol", "dave", "erin"])
+        #expect(both.keys.sorted() == ["carol", "dave", "erin"] && both["erin"] == [], "every user asked for, with or without devices")
+        #expect(both["dave"]?.first?.voipToken == "cd" + token.dropFirst(2) && both["dave"]?.first?.apnsToken == nil, "dead as either kind")
         #expect(try store.pushToken(token)?.disabledReason == "Unregistered")
         try store.register(device("carol", "c-phone", voip: token, at: 30_000))
         #expect(try store.devices(appID: Self.app.id, userID: "carol").first?.voipToken == token, "registered again, it is back")
@@ -125,8 +129,10 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         defer { store.close() }
         try store.setBlocked(["mallory", "eve", "mallory"], appID: Self.app.id, userID: "bob")
         #expect(try store.blocked(appID: Self.app.id, userID: "bob") == ["eve", "mallory"])
-        #expect(try store.isBlocked("eve", by: "bob", appID: Self.app.id))
-        #expect(try !store.isBlocked("bob", by: "eve", appID: Self.app.id))
+        #expect(try store.firstBlocking("eve", among: ["bob"], appID: Self.app.id) == "bob")
+        #expect(try store.firstBlocking("bob", among: ["eve"], appID: Self.app.id) == nil)
+        try store.setBlocked(["eve"], appID: Self.app.id, userID: "carol")
+        #expect(try store.firstBlocking("eve", among: ["dave", "carol", "bob"], appID: Self.app.id) == "carol", "the first in order")
         try store.setBlocked([], appID: Self.app.id, userID: "bob")
         #expect(try store.blocked(appID: Self.app.id, userID: "bob").isEmpty)
 
@@ -435,7 +441,7 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
                 == original.history(appID: Self.app.id, userID: user, limit: 500, before: nil))
             #expect(try copy.devices(appID: Self.app.id, userID: user) == original.devices(appID: Self.app.id, userID: user))
         }
-        #expect(try copy.isBlocked("u2", by: "u0", appID: Self.app.id))
+        #expect(try copy.firstBlocking("u2", among: ["u0"], appID: Self.app.id) == "u0")
         #expect(try copy.pushSettings(appID: Self.app.id) == .key(pem: "KEY", keyID: "K1", teamID: "T1"))
         #expect(try copy.providerToken(keyID: "K1", teamID: "T1") == "jwt-1")
         #expect(try copy.callSummary(id: "call-2999", appID: Self.app.id)?.summary == original.callSummary(id: "call-2999", appID: Self.app.id)?.summary)

@@ -104,13 +104,14 @@ extension Hub {
         }
         pendingCallSetups += 1
         let (appID, callerID) = (app.id, caller.sub)
+        // Block lists and devices are never queued writes: only an earlier call's record is.
         withStore({ store in
             var needs = CallPrerequisites(devices: [:])
             if let earlierID { needs.earlier = try store.callSummary(id: earlierID, appID: appID)?.summary }
-            needs.blockedBy = try callees.first { try store.isBlocked(callerID, by: $0, appID: appID) }
-            for callee in callees { needs.devices[callee] = try store.devices(appID: appID, userID: callee) }
+            needs.blockedBy = try store.firstBlocking(callerID, among: callees, appID: appID)
+            if needs.blockedBy == nil { needs.devices = try store.devices(appID: appID, users: callees) }
             return needs
-        }) { [weak self] result in
+        }, afterQueuedWrites: earlierID != nil) { [weak self] result in
             guard let self else { return }
             pendingCallSetups -= 1
             do throws(ErrorBody) {

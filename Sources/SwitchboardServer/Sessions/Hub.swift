@@ -83,12 +83,14 @@ final class Hub: @unchecked Sendable {
     var wallMillis: Int64 { scheduler?.wallMillis ?? Int64(Date().timeIntervalSince1970 * 1000) }
 
     /// Runs `body` against the store off the hub's thread, after every write the hub queued
-    /// before (`Store.perform`), and continues with its result on the hub's thread: the hub
-    /// never reads or writes the store itself.
-    func withStore<T: Sendable>(_ body: @escaping @Sendable (Store) throws -> T, then: @escaping (Result<T, any Error>) -> Void) {
+    /// before unless told it reads none of them (`Store.perform`), and continues with its result
+    /// on the hub's thread: the hub never reads or writes the store itself.
+    func withStore<T: Sendable>(
+        _ body: @escaping @Sendable (Store) throws -> T, afterQueuedWrites: Bool = true, then: @escaping (Result<T, any Error>) -> Void
+    ) {
         let then = LoopBound(then)
         let scheduler = self.scheduler
-        store.perform(body) { result in scheduler?.execute { then.value(result) } }
+        store.perform(body, afterQueuedWrites: afterQueuedWrites) { result in scheduler?.execute { then.value(result) } }
     }
 
     /// Sessions attached to a connection or waiting in their grace period.

@@ -102,19 +102,29 @@ extension Store {
 
     /// The devices of a user, with tokens APNs declared dead left out.
     public func devices(appID: String, userID: String) throws -> [Device] {
-        try read { database in
-            let rows = try database.query(
+        try devices(appID: appID, users: [userID])[userID] ?? []
+    }
+
+    /// The devices of each of `users` (each present, with none when it has none), with tokens
+    /// APNs declared dead left out: one query, whatever the number of users and devices.
+    public func devices(appID: String, users: [String]) throws -> [String: [Device]] {
+        guard !users.isEmpty else { return [:] }
+        let marks = Array(repeating: "?", count: users.count).joined(separator: ", ")
+        let rows = try read { database in
+            try database.query(
                 """
-                SELECT \(Self.deviceColumns.split(separator: ",").map { "d." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
-                FROM devices d WHERE d.app_id = ? AND d.user_id = ? ORDER BY d.device_id
-                """, [.text(appID), .text(userID)])
-            var devices = rows.map(Self.device(from:))
-            for index in devices.indices {
-                if let token = devices[index].voipToken, let record = try pushTokenRecord(token, database), !record { devices[index].voipToken = nil }
-                if let token = devices[index].apnsToken, let record = try pushTokenRecord(token, database), !record { devices[index].apnsToken = nil }
-            }
-            return devices
+                SELECT d.app_id, d.user_id, d.device_id, d.platform,
+                    CASE WHEN v.disabled_at IS NULL THEN d.voip_token END, CASE WHEN a.disabled_at IS NULL THEN d.apns_token END,
+                    d.environment, d.bundle_id, d.callkit_enabled, d.app_version, d.updated_at
+                FROM devices d
+                LEFT JOIN push_tokens v ON v.token = d.voip_token
+                LEFT JOIN push_tokens a ON a.token = d.apns_token
+                WHERE d.app_id = ? AND d.user_id IN (\(marks)) ORDER BY d.user_id, d.device_id
+                """, [.text(appID)] + users.map(SQLValue.text))
         }
+        var found = Dictionary(uniqueKeysWithValues: users.map { ($0, [Device]()) })
+        for device in rows.map(Self.device(from:)) { found[device.userID, default: []].append(device) }
+        return found
     }
 
     /// Records a (re)registration of `token`; a disabled token becomes active again.
@@ -127,10 +137,6 @@ extension Store {
             """, [.text(token), .text(appID), .text(kind), .integer(atMillis)])
     }
 
-    /// Whether a token is active (nil when unknown).
-    private func pushTokenRecord(_ token: String, _ database: any SQLDatabase) throws -> Bool? {
-        try database.query("SELECT disabled_at FROM push_tokens WHERE token = ?", [.text(token)]).first.map { $0[0] == .null }
-    }
 }
 
 /// A user already has the most devices allowed (`max_devices_per_user`).

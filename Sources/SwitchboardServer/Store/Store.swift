@@ -167,11 +167,10 @@ public final class Store: Sendable {
     private let queue = DispatchQueue(label: "switchboard.store.writer")
     /// Writes queued for the writer's next transaction, and whether that turn is scheduled.
     private let pending = Locked<(writes: [Write], scheduled: Bool)>(([], false))
-    /// Where `perform` takes the server's requests in order, one per idle read connection, to
-    /// run them on `workers`: never its event loop.
-    private let requests = DispatchQueue(label: "switchboard.store.requests")
-    private let workers = DispatchQueue(label: "switchboard.store.workers", attributes: .concurrent)
-    private let idleWorkers: DispatchSemaphore
+    /// Where `perform` runs the server's requests, in the order they came, one per read
+    /// connection: threads of their own (never the event loop, nor a shared pool, which grows
+    /// a thread only milliseconds after one blocks).
+    private let requests: WorkerThreads
     private let apps = Locked<[String: App]>([:])
     private let metrics: Metrics?
     private let logger: Logger
@@ -245,7 +244,7 @@ public final class Store: Sendable {
         try Self.migrate(database, engine: engine, logger: logger)
         let loaded = try Self.loadApps(database)
         readers = try ReadPool(count: limits.poolSize - 1, open: openReader)
-        idleWorkers = DispatchSemaphore(value: readers.count)
+        requests = WorkerThreads(count: readers.count, name: "switchboard-store")
         writer = Locked(database)
         apps.withLock { $0 = Dictionary(uniqueKeysWithValues: loaded.map { ($0.apiKey, $0) }) }
         // A store on a full or read-only disk opens (reads work) but takes no write: find out now.
@@ -577,21 +576,25 @@ public final class Store: Sendable {
         queue.sync {}
     }
 
+    /// Waits until every request handed to `perform` before has run and answered (tests).
+    public func waitForRequests() {
+        requests.waitUntilIdle()
+    }
+
     /// Runs `body` on one of the store's request threads (as many as read connections; the
     /// requests start in the order they came), once the writes queued before it are done (so it
-    /// reads what the caller wrote: a call's end, a device's registration), and hands its result
-    /// to `completion` on that thread. The server reaches the store only through this from its
-    /// event loop (`Hub.withStore`).
+    /// reads what the caller wrote: a call's end, its history), and hands its result to
+    /// `completion` on that thread. A read of what is never queued (devices and block lists,
+    /// written at once by `write`) passes `afterQueuedWrites: false` and does not wait for the
+    /// commit in progress. The server reaches the store only through this from its event loop
+    /// (`Hub.withStore`).
     public func perform<T: Sendable>(
-        _ body: @escaping @Sendable (Store) throws -> T, completion: @escaping @Sendable (Result<T, any Error>) -> Void
+        _ body: @escaping @Sendable (Store) throws -> T, afterQueuedWrites: Bool = true,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        requests.async { [self] in
-            idleWorkers.wait()
-            workers.async { [self] in
-                defer { idleWorkers.signal() }
-                queue.sync {}
-                completion(Result { try body(self) })
-            }
+        requests.submit { [self] in
+            if afterQueuedWrites { queue.sync {} }
+            completion(Result { try body(self) })
         }
     }
 
@@ -630,6 +633,7 @@ public final class Store: Sendable {
                 database = nil
             }
         }
+        requests.stop()
         readers.close()
     }
 

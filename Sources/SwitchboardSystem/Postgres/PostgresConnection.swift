@@ -31,8 +31,11 @@ extension PostgresError: StorageFailure {
 /// a time (its owner's lock or queue); libpq allows that.
 public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
     private var connection: OpaquePointer?
-    /// Statements as written (`?`) and as sent (`$1`…), translated once.
-    private var translated: [String: String] = [:]
+    /// Statements as written (`?`), prepared on this session: the server parses and plans each
+    /// once, not at every run. Forgotten when the session is new (a reconnect).
+    private var prepared: [String: String] = [:]
+    /// At most this many statements are prepared per session; past it they run unprepared.
+    static let preparedLimit = 512
     public private(set) var changes = 0
 
     /// Statements run on every new session: after connecting and after each reconnect.
@@ -70,6 +73,7 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
     public func reconnect() -> Bool {
         guard let connection else { return false }
         PQreset(connection)
+        prepared = [:]
         guard PQstatus(connection) == CONNECTION_OK else { return false }
         do {
             for statement in setup { try execute(statement) }
@@ -90,14 +94,33 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
     /// text and `bytea` come back typed.
     @discardableResult
     public func query(_ sql: String, _ parameters: [SQLValue] = []) throws(PostgresError) -> [[SQLValue]] {
-        let sql = numbered(sql)
+        let statement = try preparedName(of: sql)
         let texts: [String?] = parameters.map(Self.parameterText)
         var pointers = texts.map { $0.flatMap { strdup($0) } }
         defer { pointers.forEach { free($0) } }
         return try pointers.withUnsafeMutableBufferPointer { buffer throws(PostgresError) -> [[SQLValue]] in
             let values = UnsafeRawPointer(buffer.baseAddress).map { $0.assumingMemoryBound(to: UnsafePointer<CChar>?.self) }
-            return try run { PQexecParams($0, sql, Int32(texts.count), nil, values, nil, nil, 0) }
+            switch statement {
+            case .prepared(let name): return try run { PQexecPrepared($0, name, Int32(texts.count), values, nil, nil, 0) }
+            case .unprepared(let text): return try run { PQexecParams($0, text, Int32(texts.count), nil, values, nil, nil, 0) }
+            }
         }
+    }
+
+    private enum Statement {
+        case prepared(String)
+        case unprepared(String)
+    }
+
+    /// The name `sql` is prepared under on this session, preparing it the first time.
+    private func preparedName(of sql: String) throws(PostgresError) -> Statement {
+        if let name = prepared[sql] { return .prepared(name) }
+        let text = numbered(sql)
+        guard prepared.count < Self.preparedLimit else { return .unprepared(text) }
+        let name = "sb\(prepared.count)"
+        _ = try run { PQprepare($0, name, text, 0, nil) }
+        prepared[sql] = name
+        return .prepared(name)
     }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
@@ -107,7 +130,6 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
 
     /// `sql` with each `?` outside quotes as `$1`, `$2`…
     private func numbered(_ sql: String) -> String {
-        if let known = translated[sql] { return known }
         var out = ""
         var index = 0
         var quote: Character?
@@ -125,7 +147,6 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
                 out.append(character)
             }
         }
-        translated[sql] = out
         return out
     }
 
