@@ -41,6 +41,14 @@ public enum CallMedia: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey { case type, room, descriptor }
 
+    /// The media as the JSON `encode(to:)` writes, without an encoder.
+    public var json: JSONValue {
+        switch self {
+        case .room(let name): .object(["type": .string("room"), "room": .string(name)])
+        case .external(let descriptor): .object(["type": .string("external"), "descriptor": descriptor])
+        }
+    }
+
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         switch try container.decode(String.self, forKey: .type) {

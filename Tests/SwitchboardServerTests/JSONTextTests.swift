@@ -105,4 +105,32 @@ import Testing
             #expect(decoded == text)
         }
     }
+
+    /// `serialize(_:)`, the writer of stored call records and push payloads, writes what
+    /// Foundation's decoder reads back as the same value: floating-point numbers included (their
+    /// shortest form; an integral one, `1.0`, reads back as an integer on both readers, as
+    /// before), keys in order, a non-finite number as null.
+    @Test func aValueIsWrittenAsJSONDecoderReadsItBack() throws {
+        let value: JSONValue = [
+            "sdp": "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\n", "path": "a/b", "unicode": "é中😀\u{0}\u{1f}\"\\",
+            "list": [1, -2, true, false, .null, [], [:], .double(0.1), .double(-2.5e-7), .double(1e300)],
+            "nested": ["deeper": ["n": .int(Int64.min), "m": .int(Int64.max)]],
+        ]
+        let bytes = JSONText.serialize(value)
+        #expect(try JSONDecoder().decode(JSONValue.self, from: Data(bytes)) == value)
+        #expect(JSONText.parse(bytes) == value)
+        #expect(JSONText.string(["b": 1, "a": 2, "c": ["z": 0, "y": 1]]) == #"{"a":2,"b":1,"c":{"y":1,"z":0}}"#)
+        #expect(JSONText.string([.double(.nan), .double(.infinity), .double(1)]) == "[null,null,1.0]")
+        #expect(JSONText.string(CallMedia.room("call-1").json) == String(decoding: try JSONEncoder.sorted.encode(CallMedia.room("call-1")), as: UTF8.self))
+        let external = CallMedia.external(["provider": "skyway", "room": "x/y"])
+        #expect(try JSONDecoder().decode(JSONValue.self, from: JSONEncoder().encode(external)) == external.json, "the same as Codable writes")
+    }
+}
+
+extension JSONEncoder {
+    static var sorted: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
 }

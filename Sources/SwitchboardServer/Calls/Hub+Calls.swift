@@ -273,7 +273,7 @@ extension Hub {
             "caller": ["identity": .string(state.caller), "name": .string(call.callerName), "handle": .string(call.handle)],
             "callees": .array(state.callees.map(JSONValue.string)), "video": .bool(call.video),
             "created_at": .int(state.createdAtMillis), "ring_expires_at": .int(state.ringExpiresAtMillis),
-            "media": jsonValue(call.media),
+            "media": call.media.json,
         ]
         if let metadata = call.request.metadata { invite["metadata"] = metadata }
         return invite
@@ -323,7 +323,7 @@ extension Hub {
         payload["UUID"] = .string(call.state.id.uppercased())
         payload["handle"] = .string(call.handle)
         payload["hasVideo"] = .bool(call.video)
-        func size(_ value: [String: JSONValue]) -> Int { (try? JSONEncoder().encode(JSONValue.object(value)).count) ?? .max }
+        func size(_ value: [String: JSONValue]) -> Int { JSONText.serialize(.object(value)).count }
         if size(payload) > 5000 { payload.removeValue(forKey: "metadata") }
         if size(payload) > 5000 { payload["media"] = ["type": .string({ if case .room = call.media { "room" } else { "external" } }())] }
         if size(payload) > 5000 {
@@ -342,7 +342,7 @@ extension Hub {
         let type: PushType = push == .voipInvite ? .voip : .alert
         guard let token = type == .voip ? device.voipToken : device.apnsToken else { return }
         let state = call.state
-        let bytes = (try? JSONEncoder().encode(payload(push, call))).map(Array.init) ?? []
+        let bytes = JSONText.serialize(payload(push, call))
         let notification = PushNotification(
             deviceToken: token, type: type, topic: device.bundleID ?? call.topic, payload: bytes,
             expiration: type == .voip ? state.ringExpiresAtMillis / 1000 : nil, collapseID: type == .alert ? state.id : nil)
@@ -558,7 +558,7 @@ extension Hub {
     /// The call as its participants see it.
     func describe(_ call: ActiveCall) -> JSONValue {
         var summary = call.state.summary.objectValue ?? [:]
-        summary["media"] = jsonValue(call.media)
+        summary["media"] = call.media.json
         summary["video"] = .bool(call.video)
         return .object(summary)
     }

@@ -10,8 +10,8 @@ extension Store {
 
     /// Writes a call's record (queued); `written` runs on the writer once it is stored.
     func saveCall(_ state: CallState, idempotencyKey: String?, written: (@Sendable () -> Void)? = nil) {
-        let summary = String(decoding: (try? JSONEncoder().encode(state.summary)) ?? Data(), as: UTF8.self)
-        let callees = String(decoding: (try? JSONEncoder().encode(state.callees)) ?? Data(), as: UTF8.self)
+        let summary = JSONText.string(state.summary)
+        let callees = JSONText.string(.array(state.callees.map(JSONValue.string)))
         let phase = state.isEnded ? "ended" : state.isRinging ? "ringing" : "accepted"
         let owner = self.owner
         enqueue("call") { database in
@@ -60,7 +60,7 @@ extension Store {
                 end_reason = excluded.end_reason, ended_by = excluded.ended_by
             """,
             [.text(appID), .text(user), .text(callID), .text(direction),
-             .text(String(decoding: try JSONEncoder().encode(peers), as: UTF8.self)), .integer(video ? 1 : 0),
+             .text(JSONText.string(.array(peers.map(JSONValue.string)))), .integer(video ? 1 : 0),
              .integer(createdAt), answeredAt.map(SQLValue.integer) ?? .null, .integer(endedAt),
              .integer(answeredAt.map { max(0, endedAt - $0) } ?? 0), .text(outcome), endReason.map(SQLValue.text) ?? .null,
              endedBy.map(SQLValue.text) ?? .null])
@@ -75,7 +75,7 @@ extension Store {
                 FROM call_history WHERE app_id = ? AND user_id = ? AND created_at < ? ORDER BY created_at DESC, call_id LIMIT ?
                 """, [.text(appID), .text(userID), .integer(before ?? Int64.max), .integer(Int64(limit))]
             ).map { row in
-                let peers = (try? JSONDecoder().decode(JSONValue.self, from: Data((row[2].string ?? "[]").utf8))) ?? .array([])
+                let peers = Self.json(row[2].string) ?? .array([])
                 return [
                     "call_id": .string(row[0].string ?? ""), "state": "ended", "direction": .string(row[1].string ?? ""), "peers": peers,
                     "video": .bool(row[3].int64 == 1), "created_at": .int(row[4].int64 ?? 0),
@@ -92,8 +92,8 @@ extension Store {
         try read { database in
             guard let row = try database.query("SELECT caller, callees, summary FROM calls WHERE id = ? AND app_id = ?", [.text(id), .text(appID)]).first
             else { return nil }
-            let callees = (try? JSONDecoder().decode([String].self, from: Data((row[1].string ?? "[]").utf8))) ?? []
-            let summary = (try? JSONDecoder().decode(JSONValue.self, from: Data((row[2].string ?? "{}").utf8))) ?? .null
+            let callees = Self.strings(row[1].string)
+            let summary = Self.json(row[2].string) ?? .null
             return (row[0].string ?? "", callees, summary)
         }
     }
@@ -123,8 +123,8 @@ extension Store {
             [.text(owner)])
         for row in rows {
             guard let id = row[0].string, let appID = row[1].string, let caller = row[2].string else { continue }
-            let callees = (try? JSONDecoder().decode([String].self, from: Data((row[3].string ?? "[]").utf8))) ?? []
-            var summary = (try? JSONDecoder().decode(JSONValue.self, from: Data((row[4].string ?? "{}").utf8)))?.objectValue ?? [:]
+            let callees = Self.strings(row[3].string)
+            var summary = Self.json(row[4].string)?.objectValue ?? [:]
             summary["state"] = "ended"
             summary["outcome"] = "failed"
             summary["end_reason"] = "server_restart"
@@ -133,7 +133,7 @@ extension Store {
             let answered = summary["answered_at"].flatMap { if case .int(let value) = $0 { value } else { nil } }
             try database.query(
                 "UPDATE calls SET state = 'ended', summary = ? WHERE id = ?",
-                [.text(String(decoding: try JSONEncoder().encode(JSONValue.object(summary)), as: UTF8.self)), .text(id)])
+                [.text(JSONText.string(.object(summary))), .text(id)])
             for user in [caller] + callees {
                 let peers = user == caller ? callees : [caller] + callees.filter { $0 != user }
                 try Self.insertHistory(
@@ -143,5 +143,16 @@ extension Store {
             }
         }
         return rows.count
+    }
+
+    /// The JSON a column holds (written by `JSONText`), or nil.
+    static func json(_ text: String?) -> JSONValue? {
+        text.flatMap { JSONText.parse(Array($0.utf8)) }
+    }
+
+    /// A column's JSON array of strings (the callees).
+    static func strings(_ text: String?) -> [String] {
+        guard case .array(let items)? = json(text) else { return [] }
+        return items.compactMap(\.stringValue)
     }
 }

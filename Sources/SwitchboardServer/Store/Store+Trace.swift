@@ -10,7 +10,7 @@ extension Store {
 
     /// Appends one trace entry (queued).
     func trace(callID: String, user: String, device: String, channel: String, event: String, atMillis: Int64, detail: JSONValue? = nil) {
-        let detailText = detail.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) }
+        let detailText = detail.map(JSONText.string)
         enqueue("call trace") { database in
             try database.query(
                 "INSERT INTO call_trace (call_id, user_id, device_id, channel, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -28,7 +28,7 @@ extension Store {
                     "user": .string(row[0].string ?? ""), "device": .string(row[1].string ?? ""),
                     "channel": .string(row[2].string ?? ""), "event": .string(row[3].string ?? ""), "at": .int(row[4].int64 ?? 0),
                 ]
-                if let detail = row[5].string, case .object(let fields)? = try? JSONDecoder().decode(JSONValue.self, from: Data(detail.utf8)) {
+                if let detail = row[5].string, case .object(let fields)? = Self.json(detail) {
                     entry.merge(fields) { old, _ in old }
                 }
                 return .object(entry)

@@ -25,6 +25,47 @@ public enum JSONText {
         }
     }
 
+    /// Compact JSON for `value`, written in Swift without an intermediate tree: object members
+    /// in key order, UTF-8 as is, slashes not escaped, a floating-point number in its shortest
+    /// form that reads back the same (`1.0` stays `1.0`), one that is not finite as `null`.
+    public static func serialize(_ value: JSONValue) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        append(value, to: &out)
+        return out
+    }
+
+    /// `serialize(value)` as a string.
+    public static func string(_ value: JSONValue) -> String {
+        String(decoding: serialize(value), as: UTF8.self)
+    }
+
+    private static func append(_ value: JSONValue, to out: inout [UInt8]) {
+        switch value {
+        case .null: out += "null".utf8
+        case .bool(let flag): out += (flag ? "true" : "false").utf8
+        case .int(let integer): out += String(integer).utf8
+        case .double(let number): out += (number.isFinite ? "\(number)" : "null").utf8
+        case .string(let text): appendQuoted(text, to: &out)
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            for (index, item) in items.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                append(item, to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            for (index, key) in members.keys.sorted().enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                appendQuoted(key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                append(members[key]!, to: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
     /// Compact JSON for an object whose members appear in the given order (nested objects in
     /// their dictionary's order), written as `JSONEncoder` writes it: UTF-8 as is, slashes not
     /// escaped. Nil when a member holds a floating-point number: jansson writes those with 17
