@@ -577,7 +577,7 @@ done
 cat "$out/store.jsonl"
 
 python3 - "$out/calls.jsonl" "$out/store.jsonl" "$runs" "$calls_rate" "$calls_peak" "$calls_seconds" "$store_seconds" >"$out/calls.md" <<'PY'
-import datetime, json, os, platform, statistics, subprocess, sys
+import datetime, json, os, platform, re, statistics, subprocess, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 stores = [json.loads(line) for line in open(sys.argv[2])]
 runs, rate, peak, seconds, store_seconds = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
@@ -588,7 +588,7 @@ def median(engine, target, key):
 failed = sum(r["failed"] for r in rows if r["target_rate"] == rate)
 cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
-pg = subprocess.run(["psql", "--version"], capture_output=True, text=True).stdout.split()[-1] if "postgres" in engines else ""
+pg = re.search(r"\d+\.\d+", subprocess.run(["psql", "--version"], capture_output=True, text=True).stdout).group(0) if "postgres" in engines else ""
 def row(engine, target, label):
     m = lambda key: median(engine, target, key)
     per_commit = m("store_writes") / max(1, m("store_commits"))
