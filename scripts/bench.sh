@@ -564,9 +564,9 @@ cat "$out/calls.jsonl"
 # The store alone: trace entries written as the server queues them, and one transaction each.
 store_seconds="${STORE_SECONDS:-5}"
 for engine in $engines; do
-  for mode in queued single; do
+  for mode in queued queued-code single; do
     for run in $(seq 1 "$runs"); do
-      store=$(store_args "$engine" "store_${engine}_${mode}_${run}")
+      store=$(store_args "$engine" "store_${engine}_${mode//-/_}_${run}")
       # shellcheck disable=SC2086
       taskset -c 0 "$bin/switchboard-bench" store $store --seconds "$store_seconds" --mode "$mode" \
         | python3 -c 'import json,sys; r=json.loads(sys.stdin.read().strip().splitlines()[-1]); r.update(engine=sys.argv[1], mode=sys.argv[2]); print(json.dumps(r))' "$engine" "$mode" \
@@ -601,6 +601,7 @@ def store_median(engine, mode, key):
 store_rows = "\n".join(
     f"| {names[e]} | {store_median(e, 'queued', 'writes_per_second'):,.0f} "
     f"({store_median(e, 'queued', 'writes') / max(1, store_median(e, 'queued', 'commits')):,.0f} per commit) | "
+    f"{store_median(e, 'queued-code', 'writes_per_second'):,.0f} | "
     f"{store_median(e, 'single', 'writes_per_second'):,.0f} | "
     f"{store_median(e, 'queued', 'writes_per_second') / store_median(e, 'single', 'writes_per_second'):.0f}× |"
     for e in engines)
@@ -633,12 +634,14 @@ thread (p99 730 ms with the server on one core; it now suspends, and the p99 is 
 
 `switchboard-bench store` writes trace entries (a call's most frequent write, 130 bytes) for
 {store_seconds} s on core 0 against a fresh store: queued as the server queues them (1,000 at a time,
-then waiting for them; the writes queued while one transaction commits go together in the next),
-and one transaction each, waited for (what a write costs alone: one commit, flushed). Medians of
-{runs} runs.
+then waiting for them; the writes queued while one transaction commits go together in the next,
+and on PostgreSQL are sent together, one round trip per 256, through libpq's pipeline mode); the
+same batches with each statement its own round trip (what the pipeline saves); and one
+transaction each, waited for (what a write costs alone: one commit, flushed). Medians of {runs}
+runs.
 
-| store | queued writes/s | one per transaction, writes/s | ratio |
-|---|---|---|---|
+| store | queued writes/s | queued, a round trip each | one per transaction | queued / one per transaction |
+|---|---|---|---|---|
 {store_rows}
 """
 print(section)

@@ -16,11 +16,29 @@ public protocol SQLDatabase: AnyObject {
     /// Connects again after the connection was lost (a database server that restarted); true
     /// when it is up. A connection that cannot be lost (SQLite's) says false.
     func reconnect() -> Bool
+    /// Runs `statements` in one transaction, none of their rows read. A client-server engine
+    /// sends them together (one round trip); the default runs them one by one.
+    func transaction(running statements: [SQLStatement]) throws
+}
+
+/// A statement and its parameters, written without reading its rows (an insert, an upsert).
+public struct SQLStatement: Sendable {
+    public var sql: String
+    public var parameters: [SQLValue]
+
+    public init(_ sql: String, _ parameters: [SQLValue]) {
+        self.sql = sql
+        self.parameters = parameters
+    }
 }
 
 extension SQLDatabase {
     @discardableResult
     public func query(_ sql: String) throws -> [[SQLValue]] { try query(sql, []) }
+
+    public func transaction(running statements: [SQLStatement]) throws {
+        try transaction { for statement in statements { try query(statement.sql, statement.parameters) } }
+    }
 
     /// `begin`, then `body`: committed when it returns, rolled back when it throws.
     func transaction<T>(beginning begin: String, _ body: () throws -> T) throws -> T {

@@ -480,11 +480,14 @@ func benchChurn(_ arguments: [String]) async throws {
 
 /// Writes to a store as the server does, for `--seconds`: trace entries (the store's most
 /// frequent write), queued (`--mode queued`: as the server writes, 1,000 queued then waited for,
-/// the writes queued while one commits going in the next transaction) or one transaction each,
-/// waited for (`--mode single`). Prints {"writes_per_second": …, "writes": …, "commits": …}.
+/// the writes queued while one commits going in the next transaction, sent together), queued
+/// as code (`--mode queued-code`: the same batches, each statement its own round trip) or one
+/// transaction each, waited for (`--mode single`). Prints {"writes_per_second": …, "writes": …,
+/// "commits": …}.
 func benchStore(_ arguments: [String]) throws {
     let seconds = Double(option("seconds", in: arguments) ?? "5") ?? 5
     let single = option("mode", in: arguments) == "single"
+    let asCode = option("mode", in: arguments) == "queued-code"
     let metrics = Metrics()
     let store: Store
     if let url = option("store-url", in: arguments) {
@@ -511,7 +514,11 @@ func benchStore(_ arguments: [String]) throws {
         } else {
             for index in written..<(written + 1_000) {
                 let values = entry(index)
-                store.enqueue("bench") { database in try database.query(insert, values) }
+                if asCode {
+                    store.enqueue("bench") { database in try database.query(insert, values) }
+                } else {
+                    store.enqueue("bench", statements: [SQLStatement(insert, values)])
+                }
             }
             store.flush()
             written += 1_000
@@ -542,5 +549,5 @@ default:
         + "       switchboard-bench idle --server ws://HOST:PORT --api-key K --api-secret S [--connections N] [--parallel P] [--hold SECONDS]\n"
         + "       switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND] [--seconds N] [--callers C] [--callees D] [--ring-timeout S]\n"
         + "       switchboard-bench churn --server ws://HOST:PORT --api-key K --api-secret S [--seconds N] [--parallel P] [--join-rooms N]\n"
-        + "       switchboard-bench store --data-dir DIR | --store-url URL [--seconds N] [--mode queued|single]")
+        + "       switchboard-bench store --data-dir DIR | --store-url URL [--seconds N] [--mode queued|queued-code|single]")
 }

@@ -95,6 +95,32 @@ struct PostgresConnectionTests {
         #expect(try db.query("SELECT 1") == [[.integer(1)]])
     }
 
+    /// Statements sent together (libpq's pipeline mode, more than one pipeline's worth) are one
+    /// transaction: all of them or, when one fails, none, on a connection still usable.
+    @Test func statementsSentTogetherAreOneTransaction() throws {
+        let (url, drop) = try TestPostgres.database()
+        defer { drop() }
+        let db = try PostgresConnection(url: url)
+        try db.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, s TEXT)")
+        func rows(_ ids: Range<Int>) -> [SQLStatement] {
+            ids.map { SQLStatement("INSERT INTO t VALUES (?, ?)", [.integer(Int64($0)), .text("row \($0)")]) }
+        }
+        try db.transaction(running: rows(0..<600))
+        #expect(try db.query("SELECT count(*), min(id), max(id) FROM t") == [[.integer(600), .integer(0), .integer(599)]])
+        for failing in [rows(1_000..<1_002) + rows(5..<6) + rows(1_002..<1_003), rows(2_000..<2_400) + rows(7..<8)] {
+            do {
+                try db.transaction(running: failing)
+                Issue.record("a transaction with a duplicate key was committed")
+            } catch {
+                #expect(error.uniqueViolation, "\(error)")
+            }
+            #expect(try db.query("SELECT count(*) FROM t") == [[.integer(600)]], "none of its rows, in any of its pipelines")
+        }
+        try db.transaction(running: [])
+        try db.transaction(running: rows(600..<601))
+        #expect(try db.query("SELECT count(*) FROM t") == [[.integer(601)]])
+    }
+
     @Test func aServerThatIsNotThereIsACleanError() throws {
         let port = try #require(ReservedPort(on: ["127.0.0.1"]))
         do {

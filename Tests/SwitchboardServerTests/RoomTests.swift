@@ -46,8 +46,9 @@ func basicAuth(_ app: App) -> (String, String) {
 }
 
 @Suite(.timeLimit(.minutes(3))) struct RoomTests {
-    @Test func joinListsThePeersAlreadyThereAndTellsThem() async throws {
-        let server = try TestServer()
+    @Test(arguments: StoreEngine.available)
+    func joinListsThePeersAlreadyThereAndTellsThem(engine: StoreEngine) async throws {
+        let server = try TestServer(engine: engine)
         defer { server.stop() }
         let alice = try await Peer.connect(server, "alice")
         let bob = try await Peer.connect(server, "bob")
@@ -183,8 +184,9 @@ func basicAuth(_ app: App) -> (String, String) {
     }
 
     /// Covers: error:not_in_room
-    @Test func signalsReachOnePeerInTheRoomAndNothingLeavesIt() async throws {
-        let server = try TestServer()
+    @Test(arguments: StoreEngine.available)
+    func signalsReachOnePeerInTheRoomAndNothingLeavesIt(engine: StoreEngine) async throws {
+        let server = try TestServer(engine: engine)
         defer { server.stop() }
         let alice = try await Peer.connect(server, "alice")
         let bob = try await Peer.connect(server, "bob")
@@ -377,8 +379,9 @@ func basicAuth(_ app: App) -> (String, String) {
         #expect(welcome.data?["peer_id"]?.stringValue != bob.peerID)
     }
 
-    @Test func anAdminClosesARoomAndItsPeersHear() async throws {
-        let server = try TestServer()
+    @Test(arguments: StoreEngine.available)
+    func anAdminClosesARoomAndItsPeersHear(engine: StoreEngine) async throws {
+        let server = try TestServer(engine: engine)
         defer { server.stop() }
         let (alice, bob) = try await Peer.pair(in: "doomed", on: server)
 
@@ -404,8 +407,9 @@ func basicAuth(_ app: App) -> (String, String) {
         #expect(info.data?["rooms"] == .array([]))
     }
 
-    @Test func serverDataAndKickFromTheRESTAPI() async throws {
-        let server = try TestServer()
+    @Test(arguments: StoreEngine.available)
+    func serverDataAndKickFromTheRESTAPI(engine: StoreEngine) async throws {
+        let server = try TestServer(engine: engine)
         defer { server.stop() }
         let (alice, bob) = try await Peer.pair(in: "r", on: server)
 
@@ -430,8 +434,9 @@ func basicAuth(_ app: App) -> (String, String) {
     }
 
     /// Covers: limit:empty_room_timeout_seconds
-    @Test func roomsCreatedByRESTHaveUniqueNamesAndCloseWhenEmpty() async throws {
-        let server = try TestServer { $0.limits.emptyRoomTimeoutSeconds = 1 }
+    @Test(arguments: StoreEngine.available)
+    func roomsCreatedByRESTHaveUniqueNamesAndCloseWhenEmpty(engine: StoreEngine) async throws {
+        let server = try TestServer(engine: engine) { $0.limits.emptyRoomTimeoutSeconds = 1 }
         defer { server.stop() }
         var names: Set<String> = []
         for _ in 0..<5 {

@@ -279,6 +279,16 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         return true
     }
 
+    /// Storage that refused writes is tried again after 1 s, 2 s, 4 s, then every 5 s, each
+    /// delay a fifth shorter or longer at random.
+    @Test func retriesWaitLongerUpToFiveSeconds() {
+        for (retries, base) in [(0, 1.0), (1, 2), (2, 4), (3, 5), (10, 5), (100, 5)] {
+            let delays = (0..<100).map { _ in Store.retryDelay(after: retries) }
+            #expect(delays.allSatisfy { $0 >= base * 0.8 && $0 <= base * 1.2 }, "after \(retries): \(delays.min()!)...\(delays.max()!)")
+            #expect(Set(delays).count > 1, "jittered")
+        }
+    }
+
     /// The writes queued while one transaction commits go together in the next; a write that
     /// fails for a reason of its own costs only itself, the others of its batch are written.
     @Test(arguments: StoreEngine.available)
@@ -312,6 +322,21 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         store.flush()
         #expect(try store.trace(callID: "c2").count == 100, "the wrong write's batch is written without it")
         #expect(metrics.counter("switchboard_store_writes_total", ["outcome": "error"]) == 1)
+
+        // Statements only (what a batch sends together): one that fails is the only one lost.
+        let third = DispatchSemaphore(value: 0)
+        store.enqueue("hold the writer") { _ in hold(third) }
+        for index in 0..<100 {
+            if index == 50 {
+                store.enqueue("a duplicate trace", statements: [SQLStatement(
+                    "INSERT INTO call_trace (seq, call_id, user_id, device_id, channel, event, at) VALUES (1, 'c3', 'u', 'd', 'c', 'e', 0)", [])])
+            }
+            traceEntry(store, call: "c3", at: Int64(index))
+        }
+        third.signal()
+        store.flush()
+        #expect(try store.trace(callID: "c3").count == 100)
+        #expect(metrics.counter("switchboard_store_writes_total", ["outcome": "error"]) == 2)
         #expect(store.storageProblem == nil, "a wrong statement is not the storage's problem")
     }
 

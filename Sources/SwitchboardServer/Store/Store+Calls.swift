@@ -14,42 +14,35 @@ extension Store {
         let callees = JSONText.string(.array(state.callees.map(JSONValue.string)))
         let phase = state.isEnded ? "ended" : state.isRinging ? "ringing" : "accepted"
         let owner = self.owner
-        enqueue("call") { database in
-            try database.query(
-                """
-                INSERT INTO calls (id, app_id, caller, callees, state, summary, created_at, idempotency_key, owner)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (id) DO UPDATE SET state = excluded.state, summary = excluded.summary, owner = excluded.owner
-                """,
-                [.text(state.id), .text(state.appID), .text(state.caller), .text(callees), .text(phase), .text(summary),
-                 .integer(state.createdAtMillis), idempotencyKey.map(SQLValue.text) ?? .null, .text(owner)])
-            written?()
-        }
+        enqueue("call", statements: [SQLStatement(
+            """
+            INSERT INTO calls (id, app_id, caller, callees, state, summary, created_at, idempotency_key, owner)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET state = excluded.state, summary = excluded.summary, owner = excluded.owner
+            """,
+            [.text(state.id), .text(state.appID), .text(state.caller), .text(callees), .text(phase), .text(summary),
+             .integer(state.createdAtMillis), idempotencyKey.map(SQLValue.text) ?? .null, .text(owner)])],
+            written: written)
     }
 
     /// Writes every participant's history entry for an ended call (queued).
     func recordHistory(_ state: CallState, video: Bool) {
         let participants = [state.caller] + state.callees
-        enqueue("call history") { database in
-            for user in participants {
-                let direction = user == state.caller ? "outgoing" : "incoming"
-                let peers = state.peers(of: user)
-                let answered = state.answeredAtMillis
-                let ended = state.endedAtMillis ?? state.createdAtMillis
-                try Self.insertHistory(
-                    appID: state.appID, user: user, callID: state.id, direction: direction, peers: peers, video: video,
-                    createdAt: state.createdAtMillis, answeredAt: answered, endedAt: ended, outcome: state.historyOutcome(for: user).rawValue,
-                    endReason: state.endReason, endedBy: state.endedBy, in: database)
-            }
-        }
+        enqueue("call history", statements: participants.map { user in
+            Self.historyEntry(
+                appID: state.appID, user: user, callID: state.id, direction: user == state.caller ? "outgoing" : "incoming",
+                peers: state.peers(of: user), video: video, createdAt: state.createdAtMillis, answeredAt: state.answeredAtMillis,
+                endedAt: state.endedAtMillis ?? state.createdAtMillis, outcome: state.historyOutcome(for: user).rawValue,
+                endReason: state.endReason, endedBy: state.endedBy)
+        })
     }
 
     /// One participant's history entry (written again if the call's entry exists).
-    static func insertHistory(
+    static func historyEntry(
         appID: String, user: String, callID: String, direction: String, peers: [String], video: Bool, createdAt: Int64,
-        answeredAt: Int64?, endedAt: Int64, outcome: String, endReason: String?, endedBy: String?, in database: any SQLDatabase
-    ) throws {
-        try database.query(
+        answeredAt: Int64?, endedAt: Int64, outcome: String, endReason: String?, endedBy: String?
+    ) -> SQLStatement {
+        SQLStatement(
             """
             INSERT INTO call_history (app_id, user_id, call_id, direction, peers, video, created_at,
                 answered_at, ended_at, duration_ms, outcome, end_reason, ended_by)
@@ -136,10 +129,10 @@ extension Store {
                 [.text(JSONText.string(.object(summary))), .text(id)])
             for user in [caller] + callees {
                 let peers = user == caller ? callees : [caller] + callees.filter { $0 != user }
-                try Self.insertHistory(
+                let entry = Self.historyEntry(
                     appID: appID, user: user, callID: id, direction: user == caller ? "outgoing" : "incoming", peers: peers, video: false,
-                    createdAt: created, answeredAt: answered, endedAt: nowMillis, outcome: "failed", endReason: "server_restart", endedBy: nil,
-                    in: database)
+                    createdAt: created, answeredAt: answered, endedAt: nowMillis, outcome: "failed", endReason: "server_restart", endedBy: nil)
+                try database.query(entry.sql, entry.parameters)
             }
         }
         return rows.count

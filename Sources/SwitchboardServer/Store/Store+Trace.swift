@@ -11,12 +11,10 @@ extension Store {
     /// Appends one trace entry (queued).
     func trace(callID: String, user: String, device: String, channel: String, event: String, atMillis: Int64, detail: JSONValue? = nil) {
         let detailText = detail.map(JSONText.string)
-        enqueue("call trace") { database in
-            try database.query(
-                "INSERT INTO call_trace (call_id, user_id, device_id, channel, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [.text(callID), .text(user), .text(device), .text(channel), .text(event), .integer(atMillis),
-                 detailText.map(SQLValue.text) ?? .null])
-        }
+        enqueue("call trace", statements: [SQLStatement(
+            "INSERT INTO call_trace (call_id, user_id, device_id, channel, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [.text(callID), .text(user), .text(device), .text(channel), .text(event), .integer(atMillis),
+             detailText.map(SQLValue.text) ?? .null])])
     }
 
     public func trace(callID: String) throws -> [JSONValue] {

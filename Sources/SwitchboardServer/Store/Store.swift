@@ -149,8 +149,19 @@ public final class Store: Sendable {
         }
     }
 
-    /// A queued write: what it is (for logs) and what it does.
-    private typealias Write = (what: String, body: @Sendable (any SQLDatabase) throws -> Void)
+    /// A queued write: what it is (for logs) and what it does, as statements whose rows are not
+    /// read (which a batch sends together) or as code; `written` runs once it is committed.
+    private struct Write: Sendable {
+        var what: String
+        var statements: [SQLStatement] = []
+        var body: (@Sendable (any SQLDatabase) throws -> Void)?
+        var written: (@Sendable () -> Void)?
+
+        func run(on database: any SQLDatabase) throws {
+            if let body { return try body(database) }
+            for statement in statements { try database.query(statement.sql, statement.parameters) }
+        }
+    }
 
     public let engine: Engine
     /// The SQLite file, or the PostgreSQL URL without its password.
@@ -182,6 +193,8 @@ public final class Store: Sendable {
         /// The last refusal while the storage refuses writes.
         var problem: StorageRefusal?
         var retryScheduled = false
+        /// Retries since the storage last took writes: each waits longer (`retryDelay`).
+        var retries = 0
         var dropped = 0
         var closed = false
     }
@@ -396,8 +409,19 @@ public final class Store: Sendable {
     /// them (disk full, read-only, database gone), they wait in the backlog with every later
     /// queued write and are written when the storage recovers; other errors are logged.
     public func enqueue(_ what: String, _ body: @escaping @Sendable (any SQLDatabase) throws -> Void) {
+        enqueue(Write(what: what, body: body))
+    }
+
+    /// Queues `statements`, written in one transaction in order with every other write;
+    /// `written` runs on the writer once they are committed. Statements travel to the database
+    /// with the others of their batch in one round trip.
+    public func enqueue(_ what: String, statements: [SQLStatement], written: (@Sendable () -> Void)? = nil) {
+        enqueue(Write(what: what, statements: statements, written: written))
+    }
+
+    private func enqueue(_ write: Write) {
         let schedule = pending.withLock { pending -> Bool in
-            pending.writes.append((what, body))
+            pending.writes.append(write)
             defer { pending.scheduled = true }
             return !pending.scheduled
         }
@@ -420,8 +444,12 @@ public final class Store: Sendable {
                 return
             }
             do {
-                try database.transaction { for write in writes { try write.body(database) } }
-                committed(writes.count)
+                if writes.allSatisfy({ $0.body == nil }) {
+                    try database.transaction(running: writes.flatMap(\.statements))
+                } else {
+                    try database.transaction { for write in writes { try write.run(on: database) } }
+                }
+                committed(writes)
             } catch let error where Self.storageProblem(of: error) != nil {
                 metrics?.increment("switchboard_store_writes_total", ["outcome": "error"], by: Double(writes.count))
                 storageFailed(error, what: writes.first?.what ?? "")
@@ -438,8 +466,8 @@ public final class Store: Sendable {
     private func writeEach(_ writes: ArraySlice<Write>, _ database: any SQLDatabase) {
         for (index, write) in zip(writes.indices, writes) {
             do {
-                try database.transaction { try write.body(database) }
-                committed(1)
+                try database.transaction { try write.run(on: database) }
+                committed([write])
             } catch let error where Self.storageProblem(of: error) != nil {
                 metrics?.increment("switchboard_store_writes_total", ["outcome": "error"], by: Double(writes.count - index + writes.startIndex))
                 storageFailed(error, what: write.what)
@@ -451,8 +479,13 @@ public final class Store: Sendable {
         }
     }
 
-    private func committed(_ writes: Int) {
-        metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"], by: Double(writes))
+    private func committed(_ writes: [Write]) {
+        committed(count: writes.count)
+        for write in writes { write.written?() }
+    }
+
+    private func committed(count: Int) {
+        metrics?.increment("switchboard_store_writes_total", ["outcome": "ok"], by: Double(count))
         metrics?.increment("switchboard_store_commits_total")
     }
 
@@ -501,13 +534,24 @@ public final class Store: Sendable {
     }
 
     private func scheduleRetry() {
-        queue.asyncAfter(deadline: .now() + 1) { [self] in
+        let retries = backlog.withLock { backlog -> Int in
+            defer { backlog.retries += 1 }
+            return backlog.retries
+        }
+        queue.asyncAfter(deadline: .now() + Self.retryDelay(after: retries)) { [self] in
             backlog.withLock { $0.retryScheduled = false }
             if !drainBacklog() {
                 backlog.withLock { $0.retryScheduled = true }
                 scheduleRetry()
             }
         }
+    }
+
+    /// How long the store waits before its next try at storage that refused writes, after
+    /// `retries` tries: 1 s, 2 s, 4 s, then 5 s, each a fifth shorter or longer at random (so
+    /// that servers sharing a database that came back do not all reconnect at once).
+    static func retryDelay(after retries: Int) -> Double {
+        min(5, Double(1 << min(retries, 3))) * Double.random(in: 0.8...1.2)
     }
 
     /// Writer queue only: writes what waits, oldest first (or, with nothing waiting, probes the
@@ -532,8 +576,8 @@ public final class Store: Sendable {
                 if backlog.withLock({ $0.writes.isEmpty }) { try Self.probe(database, engine: engine) }
                 while let next = backlog.withLock({ $0.writes.first }) {
                     do {
-                        try database.transaction { try next.body(database) }
-                        committed(1)
+                        try database.transaction { try next.run(on: database) }
+                        committed([next])
                     } catch let error where Self.storageProblem(of: error) != nil {
                         throw error
                     } catch {
@@ -548,6 +592,7 @@ public final class Store: Sendable {
             }
             let dropped = backlog.withLock { backlog -> Int in
                 backlog.problem = nil
+                backlog.retries = 0
                 return backlog.dropped
             }
             metrics?.set("switchboard_store_backlog", to: 0)
@@ -608,7 +653,7 @@ public final class Store: Sendable {
                 guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
                 do {
                     let result = try database.transaction { try body(database) }
-                    committed(1)
+                    committed(count: 1)
                     return result
                 } catch {
                     metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])

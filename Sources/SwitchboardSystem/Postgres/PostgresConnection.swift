@@ -128,6 +128,76 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
         try transaction(beginning: "BEGIN", body)
     }
 
+    /// Statements sent in one pipeline before their results are read: a batch's results are
+    /// a few dozen bytes each, far below what the socket holds, so the two sides never wait
+    /// on each other.
+    static let pipelineLimit = 256
+
+    /// Runs `statements` in one transaction, sent together with its `BEGIN` and `COMMIT`
+    /// through libpq's pipeline mode: one round trip (per `pipelineLimit` statements) instead
+    /// of one each. The first failure is thrown, and the transaction rolled back.
+    public func transaction(running statements: [SQLStatement]) throws(PostgresError) {
+        guard let connection else { throw PostgresError(message: "the PostgreSQL connection is closed") }
+        let prepared = try statements.map { statement throws(PostgresError) in try preparedName(of: statement.sql) }
+        guard PQenterPipelineMode(connection) == 1 else {
+            throw PostgresError(message: "cannot enter pipeline mode: \(Self.text(PQerrorMessage(connection)))")
+        }
+        var failure: PostgresError?
+        var committed = false
+        var start = 0
+        pipelines: repeat {
+            let end = min(statements.count, start + Self.pipelineLimit)
+            var sent = 0
+            var complete = true
+            if start == 0 { complete = PQsendQueryParams(connection, "BEGIN", 0, nil, nil, nil, nil, 0) == 1 }
+            if complete { sent += start == 0 ? 1 : 0 }
+            for index in start..<end where complete {
+                complete = send(statements[index].parameters, as: prepared[index], on: connection)
+                if complete { sent += 1 }
+            }
+            let last = end == statements.count
+            if complete && last {
+                complete = PQsendQueryParams(connection, "COMMIT", 0, nil, nil, nil, nil, 0) == 1
+                if complete { sent += 1 }
+            }
+            guard PQpipelineSync(connection) == 1 else { break }
+            for _ in 0..<sent {
+                while let result = PQgetResult(connection) {
+                    defer { PQclear(result) }
+                    if failure == nil, PQresultStatus(result) == PGRES_FATAL_ERROR { failure = Self.error(in: result, on: connection) }
+                }
+            }
+            guard let sync = PQgetResult(connection) else { break }
+            let synced = PQresultStatus(sync) == PGRES_PIPELINE_SYNC
+            PQclear(sync)
+            guard complete, synced, failure == nil else { break pipelines }
+            committed = last
+            start = end
+        } while !committed
+        if !committed && failure == nil {
+            failure = PostgresError(message: "PostgreSQL did not answer the pipeline: \(Self.text(PQerrorMessage(connection)))")
+        }
+        PQexitPipelineMode(connection)
+        if let failure {
+            if !failure.connectionLost { try? execute("ROLLBACK") }
+            throw failure
+        }
+    }
+
+    /// Sends one statement of a pipeline; false when libpq could not.
+    private func send(_ parameters: [SQLValue], as statement: Statement, on connection: OpaquePointer) -> Bool {
+        let texts: [String?] = parameters.map(Self.parameterText)
+        var pointers = texts.map { $0.flatMap { strdup($0) } }
+        defer { pointers.forEach { free($0) } }
+        return pointers.withUnsafeMutableBufferPointer { buffer -> Bool in
+            let values = UnsafeRawPointer(buffer.baseAddress).map { $0.assumingMemoryBound(to: UnsafePointer<CChar>?.self) }
+            switch statement {
+            case .prepared(let name): return PQsendQueryPrepared(connection, name, Int32(texts.count), values, nil, nil, 0) == 1
+            case .unprepared(let text): return PQsendQueryParams(connection, text, Int32(texts.count), nil, values, nil, nil, 0) == 1
+            }
+        }
+    }
+
     /// `sql` with each `?` outside quotes as `$1`, `$2`…
     private func numbered(_ sql: String) -> String {
         var out = ""
@@ -166,11 +236,16 @@ public final class PostgresConnection: SQLDatabase, @unchecked Sendable {
             changes = Int(PQntuples(result))
             return Self.rows(result)
         default:
-            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
-            let message = PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) }
-                ?? Self.text(PQerrorMessage(connection))
-            throw PostgresError(sqlState: state, message: message)
+            throw Self.error(in: result, on: connection)
         }
+    }
+
+    /// The failure a result reports: the server's SQLSTATE and message.
+    private static func error(in result: OpaquePointer, on connection: OpaquePointer) -> PostgresError {
+        let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+        let message = PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) }
+            ?? text(PQerrorMessage(connection))
+        return PostgresError(sqlState: state, message: message)
     }
 
     private static func rows(_ result: OpaquePointer) -> [[SQLValue]] {
