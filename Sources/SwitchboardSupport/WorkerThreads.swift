@@ -12,11 +12,9 @@ public final class WorkerThreads: @unchecked Sendable {
     private var stopped = false
     /// Jobs taken and not yet finished.
     private var running = 0
-    public let count: Int
 
     /// Starts `count` threads named `name-0`, `name-1`…
     public init(count: Int, name: String) {
-        self.count = count
         for index in 0..<count {
             let thread = Thread { [self] in work() }
             thread.name = "\(name)-\(index)"

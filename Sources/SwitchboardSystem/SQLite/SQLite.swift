@@ -39,9 +39,9 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
 
     /// A UNIQUE or PRIMARY KEY constraint failed.
     public var isConstraintViolation: Bool { code & 0xFF == SQLITE_CONSTRAINT }
-    public var isBusy: Bool { code & 0xFF == SQLITE_BUSY || code & 0xFF == SQLITE_LOCKED }
-    /// The storage refuses writes: disk full, read-only, or an I/O error. Nothing is wrong with
-    /// the statement; the same write can succeed once the storage recovers.
+    /// The storage refuses writes: disk full, read-only, an I/O error, or another process's lock
+    /// held past the busy timeout. Nothing is wrong with the statement; the same write can
+    /// succeed once the storage recovers.
     public var storageProblem: String? {
         switch code & 0xFF {
         case SQLITE_FULL: "disk full"
