@@ -507,6 +507,13 @@ store_args() {  # store_args ENGINE NAME: the options that put a command on that
   fi
 }
 
+drop_store() {  # drop_store ENGINE NAME: a finished run's store goes, so that no later run pays for
+  # its upkeep (PostgreSQL's autovacuum of its tables, the kernel writing back its dirty pages)
+  if [ "$1" = postgres ]; then
+    psql -q "$pg_url" -c "DROP DATABASE $2 WITH (FORCE)" >/dev/null
+  fi
+  rm -rf "${out:?}/$2"
+}
 calls_run() {  # calls_run ENGINE RUN RATE SECONDS: a fresh server; prints the generator's line plus the server's figures
   # (a key id of its own: the sandbox, like APNs, refuses a key whose token changes too often)
   local engine=$1 run=$2 rate=$3 seconds=$4
@@ -533,6 +540,7 @@ calls_run() {  # calls_run ENGINE RUN RATE SECONDS: a fresh server; prints the g
   local end_ticks; end_ticks=$(cpu_ticks "$server")
   curl -s "http://127.0.0.1:$port/metrics" >"$out/metrics"
   kill "$server"; wait "$server" 2>/dev/null || true
+  drop_store "$engine" "calls_${engine}_${run}_${rate}"
   python3 - "$out/result" "$out/metrics" "$((end_ticks - start_ticks))" "$rate" "$engine" <<'PY'
 import json, re, sys
 result = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
@@ -571,6 +579,7 @@ for engine in $engines; do
       taskset -c 0 "$bin/switchboard-bench" store $store --seconds "$store_seconds" --mode "$mode" \
         | python3 -c 'import json,sys; r=json.loads(sys.stdin.read().strip().splitlines()[-1]); r.update(engine=sys.argv[1], mode=sys.argv[2]); print(json.dumps(r))' "$engine" "$mode" \
         >>"$out/store.jsonl"
+      drop_store "$engine" "store_${engine}_${mode//-/_}_${run}"
     done
   done
 done
@@ -616,7 +625,9 @@ VoIP push to `switchboard apns-sandbox`, which accepts it) until the run ends. T
 on core 0; the generator and the sandbox on core 1. {pg_line} The server's share is its own
 `switchboard_call_setup_seconds` summary: from the invite arriving to the push handed to the
 APNs connection and the call's record written to the store, whichever is last. Medians of {runs}
-runs per engine, each on a fresh server and store after a warm-up second; calls failed at
+runs per engine, each on a fresh server and store after a warm-up second (each run's store is
+dropped after it, so that no run pays for an earlier one's upkeep: PostgreSQL's autovacuum, the
+kernel writing back its pages); calls failed at
 {rate:,}/s in all runs: {failed} (at saturation the excess is refused `503` by
 `max_pending_call_setups`, as it should be).
 
