@@ -311,9 +311,11 @@ frames the server reads and writes many to a system call; paced senders spread o
 give it one frame per read and per write, so half the saturation *rate* is nearly all of a core
 when paced, and queueing sets the tail. The figures include both generators' scheduling on the
 one load core (the idle generator answers the server's keepalive pings there), so they bound
-the server's share from above. At half of Switchboard's saturation rate the relay generator
-alone takes its whole core (99% measured) and falls behind its own schedule: that row's tail
-is the generator's queue more than the server's (the server used 83-90% of its core).
+the server's share from above. The relay generator writes each paced signal as bytes and
+finds the stamp in a delivered one with a byte scan: building Swift strings for both (and
+Foundation's `range(of:)`) took a third of its core, and at half of Switchboard's saturation
+rate it fell behind its own schedule (p99 near 1 s, the generator's queue). At that rate the
+server, paced, uses most of its core (the CPU column): that row's tail is the server's queue.
 """
 print(section)
 PY

@@ -138,7 +138,8 @@ final class RelayRun: @unchecked Sendable {
     let rate: Int?
     let loop: EventLoop
     var latencies: [UInt64] = []
-    var prefixes: [String] = []
+    /// Paced mode: each pair's signal up to its candidate, whose first bytes are the send time.
+    var prefixes: [[UInt8]] = []
     var sendersJoined = 0
     var pacedSent = 0
     var joined = 0
@@ -155,7 +156,7 @@ final class RelayRun: @unchecked Sendable {
         self.window = window
         self.rate = rate
         self.loop = loop
-        prefixes = Array(repeating: "", count: clients.count)
+        prefixes = Array(repeating: [], count: clients.count)
         if rate != nil { latencies.reserveCapacity(perPair * clients.count) }
     }
 
@@ -165,15 +166,45 @@ final class RelayRun: @unchecked Sendable {
         return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
     }
 
-    /// The send time stamped in a signal's candidate, as paced mode writes it.
+    private static let candidateMarker = Array(#""candidate":""#.utf8)
+
+    /// The send time stamped in a signal's candidate, as paced mode writes it (a byte scan:
+    /// the generator reads tens of thousands of these a second on one core).
     static func stamp(in text: String) -> UInt64? {
-        guard let marker = text.range(of: #""candidate":""#) else { return nil }
-        var value: UInt64 = 0
-        for byte in text[marker.upperBound...].utf8 {
-            guard byte >= 0x30 && byte <= 0x39 else { break }
-            value = value * 10 + UInt64(byte - 0x30)
+        var text = text
+        return text.withUTF8 { bytes -> UInt64? in
+            let marker = candidateMarker
+            guard bytes.count > marker.count else { return nil }
+            var start = 0
+            while start + marker.count <= bytes.count {
+                if bytes[start] == marker[0], marker.indices.allSatisfy({ bytes[start + $0] == marker[$0] }) { break }
+                start += 1
+            }
+            guard start + marker.count <= bytes.count else { return nil }
+            var value: UInt64 = 0
+            for byte in bytes[(start + marker.count)...] {
+                guard byte >= 0x30 && byte <= 0x39 else { break }
+                value = value * 10 + UInt64(byte - 0x30)
+            }
+            return value
         }
-        return value
+    }
+
+    /// A paced signal: `prefix`, then `micros` in digits padded with "a" to the candidate's
+    /// 200 bytes, then the closing braces; built as bytes, with no string in between.
+    static func stamped(_ prefix: [UInt8], at micros: UInt64) -> [UInt8] {
+        var bytes = prefix
+        bytes.reserveCapacity(prefix.count + 204)
+        let first = bytes.count
+        var rest = micros
+        repeat {
+            bytes.append(0x30 + UInt8(rest % 10))
+            rest /= 10
+        } while rest > 0
+        bytes[first...].reverse()
+        bytes.append(contentsOf: repeatElement(UInt8(ascii: "a"), count: max(0, 200 - (bytes.count - first))))
+        bytes.append(contentsOf: #""}}}"#.utf8)
+        return bytes
     }
 
     /// Paced mode: every 200 µs, sends what the rate says is due, round robin over pairs.
@@ -185,8 +216,7 @@ final class RelayRun: @unchecked Sendable {
         let due = min(total, Int(micros * Double(rate) / 1e6))
         while pacedSent < due {
             let index = pacedSent % clients.count
-            let stamp = String(Self.monotonicMicros())
-            clients[index].sender.send(text: prefixes[index] + stamp + String(repeating: "a", count: 200 - stamp.count) + #""}}}"#)
+            clients[index].sender.send(OutboundFrame(Self.stamped(prefixes[index], at: Self.monotonicMicros())))
             pacedSent += 1
         }
         if pacedSent < total { loop.schedule(after: .microseconds(200)) { [self] in tick() } }
@@ -238,7 +268,7 @@ final class RelayRun: @unchecked Sendable {
                     else { fail("sender \(index): no peer in the join reply: \(text)") }
                     frame = #"{"type":"signal","id":1,"data":{"room":"\#(room)","to":"\#(to)","signal":{"type":"candidate","candidate":"\#(candidate)"}}}"#
                     if rate != nil {
-                        prefixes[index] = #"{"type":"signal","id":1,"data":{"room":"\#(room)","to":"\#(to)","signal":{"type":"candidate","candidate":""#
+                        prefixes[index] = Array(#"{"type":"signal","id":1,"data":{"room":"\#(room)","to":"\#(to)","signal":{"type":"candidate","candidate":""#.utf8)
                         sendersJoined += 1
                         if sendersJoined == clients.count {
                             started = .now
