@@ -76,12 +76,17 @@ class Server:
         return self.request("POST", "/v1/tokens", body, basic=(key, secret))["token"]
 
     def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self.log.close()
+        stop_process(self.process, self.log, timeout=10)
+
+
+def stop_process(process, log, timeout):
+    """Terminates `process` (killed past `timeout` seconds) and closes its log."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()
 
 
 class Coturn:
@@ -127,12 +132,7 @@ class Coturn:
         return f"turn:127.0.0.1:{self.port}?transport=udp"
 
     def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self.log.close()
+        stop_process(self.process, self.log, timeout=5)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

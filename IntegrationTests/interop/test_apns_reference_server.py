@@ -19,17 +19,20 @@ from conftest import BINARY, free_port
 HERE = os.path.dirname(__file__)
 
 
+def write_pems(ca, cert, prefix):
+    """`ca`'s certificate, `cert`'s chain and its key as PEM files in a new directory: their paths."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    paths = [os.path.join(work, name) for name in ("ca.pem", "cert.pem", "key.pem")]
+    ca.cert_pem.write_to_path(paths[0])
+    cert.cert_chain_pems[0].write_to_path(paths[1])
+    cert.private_key_pem.write_to_path(paths[2])
+    return paths
+
+
 def start_reference_server(client_ca=None, keys=None, topics=("com.example.chat",)):
     """hypercorn with the reference app; `keys`: key id -> public key (provider tokens)."""
     ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    work = tempfile.mkdtemp(prefix="apns-reference-")
-    ca_path = os.path.join(work, "ca.pem")
-    cert_path = os.path.join(work, "cert.pem")
-    key_path = os.path.join(work, "key.pem")
-    ca.cert_pem.write_to_path(ca_path)
-    cert.cert_chain_pems[0].write_to_path(cert_path)
-    cert.private_key_pem.write_to_path(key_path)
+    ca_path, cert_path, key_path = write_pems(ca, ca.issue_cert("127.0.0.1", "localhost"), "apns-reference-")
     port = free_port()
     verify = []
     if client_ca:
@@ -140,13 +143,8 @@ def test_certificate_authentication_presents_the_client_certificate():
     client certificate signed by a given CA, as APNs does for VoIP services certificates."""
     client_ca = trustme.CA()
     client = client_ca.issue_cert("com.example.chat.voip")
-    work = tempfile.mkdtemp(prefix="apns-client-cert-")
-    ca_path = os.path.join(work, "client-ca.pem")
-    cert_path = os.path.join(work, "voip.pem")
-    key_path = os.path.join(work, "voip-key.pem")
-    client_ca.cert_pem.write_to_path(ca_path)
-    client.cert_chain_pems[0].write_to_path(cert_path)
-    client.private_key_pem.write_to_path(key_path)
+    ca_path, cert_path, key_path = write_pems(client_ca, client, "apns-client-cert-")
+    work = os.path.dirname(ca_path)
 
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization

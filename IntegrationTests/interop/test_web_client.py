@@ -55,6 +55,17 @@ def wait_for(predicate, timeout, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_for_audio(browsers, whose):
+    """Waits until every page's peer connection is connected and has received audio packets;
+    returns each page's count."""
+    for driver in browsers:
+        wait_for(lambda: "connected" in driver.execute_script("return window.switchboard.connectionStates()"),
+                 20, f"{whose} peer connection to connect")
+    return [wait_for(lambda: driver.execute_async_script(
+        "const done = arguments[arguments.length - 1]; window.switchboard.inboundAudioPackets().then(done);"),
+        20, f"audio over {whose} peer connection") for driver in browsers]
+
+
 def test_two_browsers_join_a_room_and_hear_each_other(browsers):
     from selenium.webdriver.common.by import By
 
@@ -65,12 +76,7 @@ def test_two_browsers_join_a_room_and_hear_each_other(browsers):
             driver.find_element(By.ID, "join-button").click()
             wait_for(lambda: driver.execute_script("return window.switchboard.room"), 15, f"{name} to join")
 
-        for driver in browsers:
-            wait_for(lambda: "connected" in driver.execute_script("return window.switchboard.connectionStates()"),
-                     20, "the peer connection to connect")
-        packets = [wait_for(lambda: driver.execute_async_script(
-            "const done = arguments[arguments.length - 1]; window.switchboard.inboundAudioPackets().then(done);"),
-            20, "inbound audio packets") for driver in browsers]
+        packets = wait_for_audio(browsers, "the room's")
         print(f"inbound audio packets: {packets}")
         assert all(count > 0 for count in packets)
 
@@ -103,12 +109,7 @@ def test_one_browser_calls_another_which_answers_and_both_see_the_history(browse
         ben.save_screenshot(os.path.join(ARTIFACTS, "web-client-ringing.png"))
         ben.find_element(By.ID, "answer-button").click()
 
-        for driver in browsers:
-            wait_for(lambda: "connected" in driver.execute_script("return window.switchboard.connectionStates()"),
-                     20, "the call's peer connection")
-        packets = [wait_for(lambda: driver.execute_async_script(
-            "const done = arguments[arguments.length - 1]; window.switchboard.inboundAudioPackets().then(done);"),
-            20, "audio in the call") for driver in browsers]
+        packets = wait_for_audio(browsers, "the call's")
         print(f"in-call inbound audio packets: {packets}")
         ann.save_screenshot(os.path.join(ARTIFACTS, "web-client-in-call.png"))
 
