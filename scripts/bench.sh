@@ -314,7 +314,7 @@ one load core (the idle generator answers the server's keepalive pings there), s
 the server's share from above. The relay generator writes each paced signal as bytes and
 finds the stamp in a delivered one with a byte scan: building Swift strings for both (and
 Foundation's `range(of:)`) took a third of its core, and at half of Switchboard's saturation
-rate it fell behind its own schedule (p99 near 1 s, the generator's queue). At that rate the
+rate it fell behind its own schedule (p99 1-2 s, the generator's queue). At that rate the
 server, paced, uses most of its core (the CPU column): that row's tail is the server's queue.
 """
 print(section)
