@@ -17,6 +17,9 @@ bin=.build/release
 # BENCH=relay or BENCH=push,relay runs only those.
 want() { [ "${BENCH:-all}" = all ] || [[ ",${BENCH}," == *",$1,"* ]]; }
 cpu_ticks() { awk '{print $14+$15}' /proc/"$1"/stat; }
+# The machine's steal and total ticks (all cores): the share of time the hypervisor gave to
+# other guests, which no change to the server can make up for.
+steal_ticks() { awk '/^cpu / {print $9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 wait_for() {  # wait_for FILE PATTERN
   for _ in $(seq 1 100); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   echo "timed out waiting for '$2' in $1" >&2; return 1
@@ -537,13 +540,15 @@ calls_run() {  # calls_run ENGINE RUN RATE SECONDS: a fresh server; prints the g
   taskset -c 1 "$bin/switchboard-bench" calls --server "ws://127.0.0.1:$port" --api-key "$key" --api-secret "$secret" \
     --rate 100 --seconds 1 --callers 5 --callees 5 >/dev/null
   local start_ticks; start_ticks=$(cpu_ticks "$server")
+  local start_steal; start_steal=$(steal_ticks)
   taskset -c 1 "$bin/switchboard-bench" calls --server "ws://127.0.0.1:$port" --api-key "$key" --api-secret "$secret" \
     --rate "$rate" --seconds "$seconds" >"$out/result"
   local end_ticks; end_ticks=$(cpu_ticks "$server")
+  local end_steal; end_steal=$(steal_ticks)
   curl -s "http://127.0.0.1:$port/metrics" >"$out/metrics"
   kill "$server"; wait "$server" 2>/dev/null || true
   drop_store "$engine" "calls_${engine}_${run}_${rate}"
-  python3 - "$out/result" "$out/metrics" "$((end_ticks - start_ticks))" "$rate" "$engine" <<'PY'
+  python3 - "$out/result" "$out/metrics" "$((end_ticks - start_ticks))" "$rate" "$engine" "$start_steal" "$end_steal" <<'PY'
 import json, re, sys
 result = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 metrics = open(sys.argv[2]).read()
@@ -558,6 +563,8 @@ writes = sum(float(v) for v in re.findall(r'^switchboard_store_writes_total\{out
 result.update(setup_p50_ms=quantile("0.5") * 1000, setup_p99_ms=quantile("0.99") * 1000, setup_p999_ms=quantile("0.999") * 1000,
               server_cpu_share=int(sys.argv[3]) / 100 / result["seconds"], pushes_accepted=pushes, target_rate=int(sys.argv[4]),
               engine=sys.argv[5], store_writes=writes, store_commits=counter("switchboard_store_commits_total"))
+(steal0, total0), (steal1, total1) = (map(int, sys.argv[6].split())), (map(int, sys.argv[7].split()))
+result.update(steal_share=(steal1 - steal0) / max(1, total1 - total0))
 print(json.dumps(result))
 PY
 }
@@ -607,6 +614,9 @@ def row(engine, target, label):
             f"**{m('setup_p99_ms'):.2f}** | {m('setup_p999_ms'):.2f} | "
             f"{m('reply_p50_us') / 1000:.2f} / {m('reply_p99_us') / 1000:.2f} | {m('server_cpu_share'):.0%} | {per_commit:.1f} |")
 table = "\n".join(row(e, t, l) for e in engines for t, l in ((rate, f"{rate:,}/s for {seconds} s"), (peak, f"{peak:,}/s for 10 s (saturation)")))
+each_run = "\n".join(
+    f"- {names[e]}: " + ", ".join(f"{r['setup_p99_ms']:.2f} ms ({r.get('steal_share', 0):.0%})" for r in rows if r["engine"] == e and r["target_rate"] == rate)
+    for e in engines)
 def store_median(engine, mode, key):
     return statistics.median(r[key] for r in stores if r["engine"] == engine and r["mode"] == mode)
 store_rows = "\n".join(
@@ -636,6 +646,11 @@ kernel writing back its pages); calls failed at
 | store | offered rate | calls/s | server share p50 ms | p99 ms | p99.9 ms | reply to caller p50 / p99 ms | server CPU | store writes per commit |
 |---|---|---|---|---|---|---|---|---|
 {table}
+
+Each run's server share p99 at {rate:,}/s, with the share of the machine's CPU time the
+hypervisor gave to other guests during it (steal, from `/proc/stat`; the tail follows it):
+
+{each_run}
 
 Target: server share p99 ≤ 10 ms at 500 setups/s, on each engine. What this benchmark found and
 fixed: the busy check walked every live call for each callee (46% of the server's CPU with

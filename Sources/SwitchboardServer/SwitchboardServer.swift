@@ -62,7 +62,8 @@ public final class SwitchboardServer: Sendable {
             url: configuration.storeURL, directory: directory, metrics: metrics, logger: logger,
             limits: Store.Limits(
                 backlogWrites: configuration.limits.storeBacklogWrites, poolSize: configuration.limits.storePoolSize,
-                statementTimeoutMillis: configuration.limits.storeStatementTimeoutMillis))
+                statementTimeoutMillis: configuration.limits.storeStatementTimeoutMillis,
+                commitDelayMillis: configuration.limits.storeCommitDelayMillis))
         let server: SwitchboardServer
         do {
             let interrupted = try store.failInterruptedCalls(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))

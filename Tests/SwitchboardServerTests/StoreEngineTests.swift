@@ -340,6 +340,35 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         #expect(store.storageProblem == nil, "a wrong statement is not the storage's problem")
     }
 
+    /// A write nobody waits for waits up to `store_commit_delay_ms` for the next commit: it goes
+    /// with the next write somebody waits for, or alone once the delay is over; a read of queued
+    /// writes (`flush`, `perform`) commits it at once.
+    // Covers: limit:store_commit_delay_ms
+    @Test(arguments: StoreEngine.available)
+    func writesNobodyWaitsForJoinTheNextCommit(engine: StoreEngine) throws {
+        let place = try StoreEngine.Place(engine)
+        let metrics = Metrics()
+        let store = try place.open(limits: Store.Limits(commitDelayMillis: 3_000), metrics: metrics)
+        defer { store.close() }
+        let commits = { metrics.counter("switchboard_store_commits_total") }
+        let before = commits()
+        for index in 0..<10 { traceEntry(store, call: "c1", at: Int64(index)) }
+        #expect(try store.trace(callID: "c1").isEmpty, "held for the next commit")
+        let written = DispatchSemaphore(value: 0)
+        store.enqueue("a write somebody waits for", statements: [], written: { written.signal() })
+        #expect(written.wait(timeout: .now() + 5) == .success)
+        #expect(try store.trace(callID: "c1").count == 10)
+        #expect(commits() == before + 1, "the held writes went with the awaited one")
+
+        traceEntry(store, call: "c2", at: 0)
+        #expect(eventually(within: 10) { (try? store.trace(callID: "c2").count) == 1 }, "committed alone after the delay")
+        #expect(commits() == before + 2)
+
+        traceEntry(store, call: "c3", at: 0)
+        store.flush()
+        #expect(try store.trace(callID: "c3").count == 1, "a flush commits what is held")
+    }
+
     /// A statement that waits for another process's lock past `store_statement_timeout_ms`
     /// fails: its write waits in the backlog (the store is not writable meanwhile) and is written
     /// once the lock is gone; on PostgreSQL a read fails too, as the storage's problem (503).

@@ -73,6 +73,7 @@ public struct ServerConfiguration: Sendable {
         /// Store connections: one writes, the others read.
         public var storePoolSize = 4
         public var storeStatementTimeoutMillis = 5_000
+        public var storeCommitDelayMillis = 5
         public var maxReceiveBytesPerSecond = 1024 * 1024
         public var connectsPerIdentityPerMinute = 60
         /// Open connections (HTTP and WebSocket) past which new ones are refused at once.
@@ -233,6 +234,9 @@ public struct ServerConfiguration: Sendable {
         int(
             "store_statement_timeout_ms", "How long one store statement may run or wait for a lock before it fails.", 100...600_000,
             \.limits.storeStatementTimeoutMillis),
+        int(
+            "store_commit_delay_ms", "How long a write nobody waits for (a trace entry, a call's later state) may wait to join the next commit.",
+            0...1_000, \.limits.storeCommitDelayMillis),
         int("apns_request_timeout_seconds", "Time APNs has to answer one push before it counts as failed.", 1...60, \.limits.apnsRequestTimeoutSeconds),
         int("invites_per_minute", "Calls one user may start per minute.", 1...10_000, \.limits.invitesPerMinute),
         int("invites_per_pair_per_minute", "Calls one user may make to the same user per minute.", 1...10_000, \.limits.invitesPerPairPerMinute),
@@ -295,6 +299,7 @@ public struct ServerConfiguration: Sendable {
             "store_backlog_writes": String(limits.storeBacklogWrites),
             "store_pool_size": String(limits.storePoolSize),
             "store_statement_timeout_ms": String(limits.storeStatementTimeoutMillis),
+            "store_commit_delay_ms": String(limits.storeCommitDelayMillis),
             "max_receive_bytes_per_second": String(limits.maxReceiveBytesPerSecond),
             "connects_per_identity_per_minute": String(limits.connectsPerIdentityPerMinute),
             "invites_per_minute": String(limits.invitesPerMinute),

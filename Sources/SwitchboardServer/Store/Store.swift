@@ -141,11 +141,16 @@ public final class Store: Sendable {
         /// How long one statement may run, or wait for a lock another process holds, before it
         /// fails (`store_statement_timeout_ms`).
         public var statementTimeoutMillis = 5_000
+        /// How long a write nobody waits for (a trace entry, a call's later state) may wait
+        /// for the next commit, so that it joins one somebody waits for (`store_commit_delay_ms`;
+        /// 0 commits each turn at once).
+        public var commitDelayMillis = 5
 
-        public init(backlogWrites: Int = 10_000, poolSize: Int = 4, statementTimeoutMillis: Int = 5_000) {
+        public init(backlogWrites: Int = 10_000, poolSize: Int = 4, statementTimeoutMillis: Int = 5_000, commitDelayMillis: Int = 5) {
             self.backlogWrites = backlogWrites
             self.poolSize = max(2, poolSize)
             self.statementTimeoutMillis = statementTimeoutMillis
+            self.commitDelayMillis = max(0, commitDelayMillis)
         }
     }
 
@@ -176,8 +181,9 @@ public final class Store: Sendable {
     private let writer: Locked<(any SQLDatabase)?>
     private let readers: ReadPool
     private let queue = DispatchQueue(label: "switchboard.store.writer")
-    /// Writes queued for the writer's next transaction, and whether that turn is scheduled.
-    private let pending = Locked<(writes: [Write], scheduled: Bool)>(([], false))
+    /// Writes queued for the writer's next transaction; whether that turn is scheduled, and
+    /// whether writes nobody waits for are held for it (`Limits.commitDelayMillis`).
+    private let pending = Locked<(writes: [Write], scheduled: Bool, held: Bool)>(([], false, false))
     /// Where `perform` runs the server's requests, in the order they came, one per read
     /// connection: threads of their own (never the event loop, nor a shared pool, which grows
     /// a thread only milliseconds after one blocks).
@@ -420,20 +426,37 @@ public final class Store: Sendable {
     }
 
     private func enqueue(_ write: Write) {
-        let schedule = pending.withLock { pending -> Bool in
+        enum Turn { case none, now, held }
+        let delay = limits.commitDelayMillis
+        let turn = pending.withLock { pending -> Turn in
             pending.writes.append(write)
-            defer { pending.scheduled = true }
-            return !pending.scheduled
+            if pending.scheduled { return .none }
+            if write.written == nil && delay > 0 {
+                if pending.held { return .none }
+                pending.held = true
+                return .held
+            }
+            pending.scheduled = true
+            return .now
         }
-        if schedule { queue.async { [self] in writePending() } }
+        switch turn {
+        case .none: break
+        case .now: queue.async { [self] in writePending() }
+        case .held:
+            queue.asyncAfter(deadline: .now() + .milliseconds(delay)) { [self] in
+                pending.withLock { $0.held = false }
+                writePending()
+            }
+        }
     }
 
     /// Writer queue only: every write queued since the last turn.
     private func writePending() {
         let writes = pending.withLock { pending -> [Write] in
-            defer { pending = ([], false) }
+            defer { (pending.writes, pending.scheduled) = ([], false) }
             return pending.writes
         }
+        guard !writes.isEmpty else { return }
         if backlog.withLock({ !$0.writes.isEmpty }) {
             writes.forEach(keep)  // behind the writes already waiting, in order
             return
@@ -618,7 +641,7 @@ public final class Store: Sendable {
 
     /// Waits until every queued write is done (tests, shutdown).
     public func flush() {
-        queue.sync {}
+        queue.sync { writePending() }
     }
 
     /// Waits until every request handed to `perform` before has run and answered (tests).
@@ -638,7 +661,7 @@ public final class Store: Sendable {
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         requests.submit { [self] in
-            if afterQueuedWrites { queue.sync {} }
+            if afterQueuedWrites { flush() }
             completion(Result { try body(self) })
         }
     }
@@ -648,6 +671,7 @@ public final class Store: Sendable {
     /// (after trying once more: it may have recovered).
     public func write<T: Sendable>(_ body: @Sendable (any SQLDatabase) throws -> T) throws -> T {
         try queue.sync {
+            writePending()  // the writes queued before this one go first
             if !drainBacklog(), let refusal = backlog.withLock({ $0.problem }) { throw refusal }
             return try writer.withLock { database in
                 guard let database else { throw SQLiteError(code: 21, message: "store is closed") }
@@ -666,6 +690,7 @@ public final class Store: Sendable {
 
     /// Finishes queued writes, checkpoints the WAL and closes the file.
     public func close() {
+        queue.sync { writePending() }
         backlog.withLock { $0.closed = true }
         queue.sync {
             let waiting = backlog.withLock { $0.writes.count }
