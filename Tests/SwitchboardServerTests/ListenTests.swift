@@ -276,4 +276,28 @@ func resolved(_ name: String) -> Set<String> {
         #expect(try await taken.waitForExit() == 1)
         #expect(taken.standardError.contains("the port is in use"), "\(taken.standardError)")
     }
+
+    /// Closing listening sockets (a loop that stops) and then freeing them closes each
+    /// descriptor once: the second close used to close whatever the process had opened under
+    /// that number since (it was seen closing another server's directory scan mid-way).
+    @Test func listeningSocketsAreClosedOnce() throws {
+        var sockets: ListeningSockets? = try ListeningSockets(host: "127.0.0.1", port: 0)
+        let number = try #require(sockets?.descriptors.first)
+        sockets?.close()
+        // Take the freed number (the lowest free one, unless another thread took it first).
+        var opened: [Int32] = []
+        defer { opened.forEach { _ = Glibc.close($0) } }
+        while opened.last != number && opened.count < 64 {
+            let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { break }
+            opened.append(fd)
+        }
+        guard opened.last == number else {
+            print("skipped: descriptor \(number) was taken by another thread before this test could reuse it")
+            return
+        }
+        sockets = nil
+        withExtendedLifetime(sockets) {}
+        #expect(fcntl(number, F_GETFD) != -1, "descriptor \(number), reused after close, was closed again")
+    }
 }

@@ -61,11 +61,13 @@ public enum AcceptResult: Sendable {
 /// - Any failure (in use, no such address, no privilege) throws a `ListenError` before anything
 ///   is accepted.
 ///
-/// Safety of `@unchecked Sendable`: the descriptors are set in init; `accept` and `shed` run on
-/// one thread (the owning server's loop), and `spare` is touched only there.
+/// Safety of `@unchecked Sendable`: the descriptors are set in init and cleared by `close`;
+/// `accept`, `shed` and `close` run on one thread (the owning server's loop), and `spare` is
+/// touched only there.
 public final class ListeningSockets: @unchecked Sendable {
     public let addresses: [SocketAddress]
-    public let descriptors: [Int32]
+    /// The listening descriptors, one per address; empty once closed.
+    public private(set) var descriptors: [Int32]
     /// A descriptor held in reserve: when the process runs out, closing it lets one queued
     /// connection be accepted and closed at once instead of waiting in the queue.
     private var spare: Int32
@@ -95,9 +97,11 @@ public final class ListeningSockets: @unchecked Sendable {
 
     deinit { close() }
 
-    /// Stops listening.
+    /// Stops listening. Once only: closing a descriptor number again would close whatever the
+    /// process opened under it since (another thread's file, socket or directory).
     public func close() {
         for fd in descriptors where fd >= 0 { Glibc.close(fd) }
+        descriptors = []
         if spare >= 0 { Glibc.close(spare) }
         spare = -1
     }
