@@ -538,7 +538,9 @@ calls_run() {  # calls_run ENGINE RUN RATE SECONDS: a fresh server; prints the g
   port=$(sed -n 's/.*msg=listening .*port=\([0-9]*\).*/\1/p' "$out/serve.err" | head -1)
   # Warm up: the APNs connection and provider token.
   taskset -c 1 "$bin/switchboard-bench" calls --server "ws://127.0.0.1:$port" --api-key "$key" --api-secret "$secret" \
-    --rate 100 --seconds 1 --callers 5 --callees 5 >/dev/null
+    --rate 100 --seconds 1 --callers 5 --callees 5 >/dev/null \
+    || { echo "bench: the warm-up failed; the server $(kill -0 "$server" 2>/dev/null && echo runs || echo is gone); its log:" >&2
+         tail -40 "$out/serve.err" >&2; return 1; }
   local start_ticks; start_ticks=$(cpu_ticks "$server")
   local start_steal; start_steal=$(steal_ticks)
   taskset -c 1 "$bin/switchboard-bench" calls --server "ws://127.0.0.1:$port" --api-key "$key" --api-secret "$secret" \

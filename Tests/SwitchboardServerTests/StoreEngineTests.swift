@@ -120,6 +120,18 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         #expect(try store.devices(appID: Self.app.id, userID: "carol").first?.voipToken == token, "registered again, it is back")
         #expect(try store.removeDevice(appID: Self.app.id, userID: "bob", deviceID: "b-phone"))
         #expect(try !store.removeDevice(appID: Self.app.id, userID: "bob", deviceID: "b-phone"), "gone once")
+
+        // A call's setup reads block lists and devices in one query.
+        let callees = ["carol", "dave", "erin"]
+        let ring = try store.ringList("alice", callees: callees, appID: Self.app.id)
+        let devices = try store.devices(appID: Self.app.id, users: callees)
+        #expect(ring.blockedBy == nil && ring.devices == devices)
+        try store.setBlocked(["alice"], appID: Self.app.id, userID: "erin")
+        try store.setBlocked(["zoe"], appID: Self.app.id, userID: "carol")
+        let blocked = try store.ringList("alice", callees: callees, appID: Self.app.id)
+        #expect(blocked.blockedBy == "erin" && blocked.devices.isEmpty, "blocked: no devices")
+        #expect(try store.ringList("alice", callees: ["carol"], appID: Self.app.id).devices == ["carol": devices["carol"]!])
+        #expect(try store.ringList("zoe", callees: ["erin", "carol"], appID: "another app").blockedBy == nil, "block lists are per app")
     }
 
     @Test(arguments: StoreEngine.available)
@@ -129,10 +141,10 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         defer { store.close() }
         try store.setBlocked(["mallory", "eve", "mallory"], appID: Self.app.id, userID: "bob")
         #expect(try store.blocked(appID: Self.app.id, userID: "bob") == ["eve", "mallory"])
-        #expect(try store.firstBlocking("eve", among: ["bob"], appID: Self.app.id) == "bob")
-        #expect(try store.firstBlocking("bob", among: ["eve"], appID: Self.app.id) == nil)
+        #expect(try store.ringList("eve", callees: ["bob"], appID: Self.app.id).blockedBy == "bob")
+        #expect(try store.ringList("bob", callees: ["eve"], appID: Self.app.id).blockedBy == nil)
         try store.setBlocked(["eve"], appID: Self.app.id, userID: "carol")
-        #expect(try store.firstBlocking("eve", among: ["dave", "carol", "bob"], appID: Self.app.id) == "carol", "the first in order")
+        #expect(try store.ringList("eve", callees: ["dave", "carol", "bob"], appID: Self.app.id).blockedBy == "carol", "the first in order")
         try store.setBlocked([], appID: Self.app.id, userID: "bob")
         #expect(try store.blocked(appID: Self.app.id, userID: "bob").isEmpty)
 
@@ -495,7 +507,7 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
                 == original.history(appID: Self.app.id, userID: user, limit: 500, before: nil))
             #expect(try copy.devices(appID: Self.app.id, userID: user) == original.devices(appID: Self.app.id, userID: user))
         }
-        #expect(try copy.firstBlocking("u2", among: ["u0"], appID: Self.app.id) == "u0")
+        #expect(try copy.ringList("u2", callees: ["u0"], appID: Self.app.id).blockedBy == "u0")
         #expect(try copy.pushSettings(appID: Self.app.id) == .key(pem: "KEY", keyID: "K1", teamID: "T1"))
         #expect(try copy.providerToken(keyID: "K1", teamID: "T1") == "jwt-1")
         #expect(try copy.callSummary(id: "call-2999", appID: Self.app.id)?.summary == original.callSummary(id: "call-2999", appID: Self.app.id)?.summary)

@@ -108,8 +108,7 @@ extension Hub {
         withStore({ store in
             var needs = CallPrerequisites(devices: [:])
             if let earlierID { needs.earlier = try store.callSummary(id: earlierID, appID: appID)?.summary }
-            needs.blockedBy = try store.firstBlocking(callerID, among: callees, appID: appID)
-            if needs.blockedBy == nil { needs.devices = try store.devices(appID: appID, users: callees) }
+            (needs.blockedBy, needs.devices) = try store.ringList(callerID, callees: callees, appID: appID)
             return needs
         }, afterQueuedWrites: earlierID != nil) { [weak self] result in
             guard let self else { return }

@@ -23,17 +23,4 @@ extension Store {
                 .compactMap { $0[0].string }
         }
     }
-
-    /// The first of `callees`, in order, whose block list names `caller`: one query.
-    public func firstBlocking(_ caller: String, among callees: [String], appID: String) throws -> String? {
-        guard !callees.isEmpty else { return nil }
-        let marks = Array(repeating: "?", count: callees.count).joined(separator: ", ")
-        let blocking = try read { database in
-            try database.query(
-                "SELECT user_id FROM blocked WHERE app_id = ? AND blocked_id = ? AND user_id IN (\(marks))",
-                [.text(appID), .text(caller)] + callees.map(SQLValue.text))
-        }
-        let names = Set(blocking.compactMap { $0[0].string })
-        return callees.first(where: names.contains)
-    }
 }

@@ -58,9 +58,8 @@ extension Store {
             bundleID: row[7].string, callKitEnabled: row[8].int64 == 1, appVersion: row[9].string, updatedAt: row[10].int64 ?? 0)
     }
 
-    /// Registers (or updates) a device. A token registered by another user or device moves here;
-    /// a rotated token replaces the old one.
     /// Registers (or updates) a device; a new one past `limit` devices for its user is refused.
+    /// A token registered by another user or device moves here; a rotated token replaces the old one.
     public func register(_ device: Device, limit: Int = .max) throws {
         _ = try write { database in
             let others = try database.query(
@@ -109,19 +108,49 @@ extension Store {
     /// APNs declared dead left out: one query, whatever the number of users and devices.
     public func devices(appID: String, users: [String]) throws -> [String: [Device]] {
         guard !users.isEmpty else { return [:] }
-        let marks = Array(repeating: "?", count: users.count).joined(separator: ", ")
+        let rows = try read { database in
+            try database.query(Self.devicesQuery(users: users.count) + " ORDER BY d.user_id, d.device_id", [.text(appID)] + users.map(SQLValue.text))
+        }
+        return Self.devices(of: users, rows: rows[...])
+    }
+
+    /// What ringing `callees` for `caller` needs, in one query (one round trip of a call's
+    /// setup): the first of `callees`, in order, whose block list names `caller` (and then no
+    /// devices), or each callee's devices as `devices(appID:users:)` gives them.
+    public func ringList(_ caller: String, callees: [String], appID: String) throws -> (blockedBy: String?, devices: [String: [Device]]) {
+        guard !callees.isEmpty else { return (nil, [:]) }
+        let marks = Array(repeating: "?", count: callees.count).joined(separator: ", ")
+        // A block list's rows come first (0), each naming the callee in the device's user column.
         let rows = try read { database in
             try database.query(
                 """
-                SELECT d.app_id, d.user_id, d.device_id, d.platform,
-                    CASE WHEN v.disabled_at IS NULL THEN d.voip_token END, CASE WHEN a.disabled_at IS NULL THEN d.apns_token END,
-                    d.environment, d.bundle_id, d.callkit_enabled, d.app_version, d.updated_at
-                FROM devices d
-                LEFT JOIN push_tokens v ON v.token = d.voip_token
-                LEFT JOIN push_tokens a ON a.token = d.apns_token
-                WHERE d.app_id = ? AND d.user_id IN (\(marks)) ORDER BY d.user_id, d.device_id
-                """, [.text(appID)] + users.map(SQLValue.text))
+                SELECT 0, app_id, user_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM blocked
+                WHERE app_id = ? AND blocked_id = ? AND user_id IN (\(marks))
+                UNION ALL
+                \(Self.devicesQuery(users: callees.count, tagged: true))
+                ORDER BY 1, 3, 4
+                """, [.text(appID), .text(caller)] + callees.map(SQLValue.text) + [.text(appID)] + callees.map(SQLValue.text))
         }
+        let blocking = Set(rows.prefix { $0[0].int64 == 0 }.compactMap { $0[2].string })
+        if let blocker = callees.first(where: blocking.contains) { return (blocker, [:]) }
+        return (nil, Self.devices(of: callees, rows: rows.drop { $0[0].int64 == 0 }.map { Array($0.dropFirst()) }[...]))
+    }
+
+    /// Devices of `users` joined to their tokens' state, `tagged` with a leading 1; the app id
+    /// and then each user are its parameters.
+    private static func devicesQuery(users: Int, tagged: Bool = false) -> String {
+        """
+        SELECT \(tagged ? "1, " : "")d.app_id, d.user_id, d.device_id, d.platform,
+            CASE WHEN v.disabled_at IS NULL THEN d.voip_token END, CASE WHEN a.disabled_at IS NULL THEN d.apns_token END,
+            d.environment, d.bundle_id, d.callkit_enabled, d.app_version, d.updated_at
+        FROM devices d
+        LEFT JOIN push_tokens v ON v.token = d.voip_token
+        LEFT JOIN push_tokens a ON a.token = d.apns_token
+        WHERE d.app_id = ? AND d.user_id IN (\(Array(repeating: "?", count: users).joined(separator: ", ")))
+        """
+    }
+
+    private static func devices(of users: [String], rows: ArraySlice<[SQLValue]>) -> [String: [Device]] {
         var found = Dictionary(uniqueKeysWithValues: users.map { ($0, [Device]()) })
         for device in rows.map(Self.device(from:)) { found[device.userID, default: []].append(device) }
         return found
