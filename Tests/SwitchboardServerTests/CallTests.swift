@@ -134,7 +134,7 @@ final class CallFixture: Sendable {
 }
 
 /// Skips events until one of `type` arrives (other events may interleave).
-func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(5)) async throws -> Envelope {
+func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(15)) async throws -> Envelope {
     let deadline = ContinuousClock.now + timeout * testSlowdown
     while ContinuousClock.now < deadline {
         let envelope = try await client.nextEnvelope(timeout: deadline - .now)

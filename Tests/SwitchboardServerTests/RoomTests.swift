@@ -24,7 +24,7 @@ struct Peer {
     }
 
     /// The next sequenced event.
-    func event(timeout: Duration = .seconds(5) * testSlowdown) async throws -> Envelope {
+    func event(timeout: Duration = .seconds(15) * testSlowdown) async throws -> Envelope {
         let envelope = try await client.nextEnvelope(timeout: timeout)
         guard envelope.seq != nil else { throw UnexpectedMessage(description: "not an event: \(envelope)") }
         return envelope

@@ -62,15 +62,21 @@ final class ConfinedServer: @unchecked Sendable {  // one test drives it at a ti
         ]
         process.standardInput = control
         process.standardOutput = replies
+        // Read on a thread of its own (as `ToolProcess` does), not with a `readabilityHandler`:
+        // on Linux that is a dispatch source on the pipe, and the test process once crashed in
+        // libdispatch's event loop while this test was stopping its script.
         let buffered = self.buffered
-        replies.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil } else { buffered.withLock { $0 += String(decoding: data, as: UTF8.self) } }
+        let handle = replies.fileHandleForReading
+        Thread.detachNewThread {
+            while true {
+                let data = handle.availableData
+                if data.isEmpty { break }
+                buffered.withLock { $0 += String(decoding: data, as: UTF8.self) }
+            }
         }
         try ToolProcess.launch(process)
     }
 
-    /// Runs one control command and returns its reply line.
     /// Runs one control command and returns its reply line (waiting on a thread of its own).
     @discardableResult
     func run(_ command: String) async throws -> String {

@@ -118,7 +118,7 @@ final class TestClient: Sendable {
     }
 
     /// The next event, or a timeout (stretched by `SWITCHBOARD_TEST_SLOWDOWN`).
-    func next(timeout: Duration = .seconds(5)) async throws -> WebSocketClient.Event {
+    func next(timeout: Duration = .seconds(15)) async throws -> WebSocketClient.Event {
         let deadline = ContinuousClock.now + timeout * testSlowdown
         while ContinuousClock.now < deadline {
             let event = inbox.withLock { $0.isEmpty ? nil : $0.removeFirst() }
@@ -129,7 +129,7 @@ final class TestClient: Sendable {
     }
 
     /// The next message, decoded as an envelope.
-    func nextEnvelope(timeout: Duration = .seconds(5)) async throws -> Envelope {
+    func nextEnvelope(timeout: Duration = .seconds(15)) async throws -> Envelope {
         if let stashed = stash.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { return stashed }
         let event = try await next(timeout: timeout)
         guard case .text(let text) = event else {
@@ -170,7 +170,7 @@ final class TestClient: Sendable {
     }
 
     /// Waits for the connection to end and returns the close code the server sent.
-    func closeCode(timeout: Duration = .seconds(5)) async throws -> UInt16? {
+    func closeCode(timeout: Duration = .seconds(15)) async throws -> UInt16? {
         while true {
             if case .closed(let code, _) = try await next(timeout: timeout) { return code }
         }
