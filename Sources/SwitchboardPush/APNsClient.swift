@@ -78,7 +78,7 @@ public final class APNsClient: Sendable {
         stillWanted: @escaping @Sendable () -> Bool = { true }, onSubmitted: (@Sendable () -> Void)? = nil
     ) async -> PushResult {
         let started = ContinuousClock.now
-        let apnsID = (notification.id ?? UUID()).uuidString.lowercased()
+        let apnsID = (notification.id ?? Crypto.randomUUID()).uuidString.lowercased()
         let deadline = deadline ?? started + .seconds(30)
         func result(_ status: Int, _ failure: PushFailureReason?, _ attempts: Int, id: String = apnsID) -> PushResult {
             let outcome = PushResult(apnsID: id, status: status, failure: failure, attempts: attempts, latency: .now - started)

@@ -343,7 +343,7 @@ struct SandboxValidator: Sendable {
     ]
 
     func check(_ request: HTTP2Server.Request, now: Date, state: inout APNsSandbox.State) -> Verdict {
-        var apnsID = UUID().uuidString.lowercased()
+        var apnsID = Crypto.randomUUID().uuidString.lowercased()
         let token = String(request.path.split(separator: "/").last ?? "").lowercased()
         func refuse(_ status: Int, _ reason: String, timestamp: Int64? = nil) -> Verdict {
             Verdict(status: status, reason: reason, timestamp: timestamp, apnsID: apnsID, token: token)

@@ -28,6 +28,19 @@ import Testing
         #"{"iss":"sbk_test","sub":"alice","iat":1800000000,"nbf":1800000000,"exp":1800003600,"grants":{}}"#
     }
 
+    /// APNs ids come from libcrypto's generator: version 4, RFC 4122's variant, all distinct,
+    /// and what Foundation's parser reads back.
+    @Test func randomUUIDsAreVersionFourAndDistinct() {
+        let ids = (0..<10_000).map { _ in Crypto.randomUUID() }
+        #expect(Set(ids).count == ids.count)
+        for id in ids.prefix(100) {
+            let text = id.uuidString.lowercased()
+            #expect(UUID(uuidString: text) == id)
+            #expect(Array(text)[14] == "4", "\(text)")
+            #expect("89ab".contains(Array(text)[19]), "\(text)")
+        }
+    }
+
     @Test func rfc7515AppendixA1VectorVerifiesAndSignsIdentically() throws {
         // RFC 7515 A.1: the JWK's "k" is the base64url HMAC key.
         let key = try #require(Base64URL.decode(

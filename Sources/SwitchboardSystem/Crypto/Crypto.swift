@@ -50,6 +50,17 @@ public enum Crypto {
         return bytes
     }
 
+    /// A random (version 4) UUID from libcrypto's generator. Foundation's `UUID()` on Linux
+    /// opens, reads and closes `/dev/urandom` for each one: three system calls per push.
+    public static func randomUUID() -> UUID {
+        var bytes = randomBytes(16)
+        bytes[6] = (bytes[6] & 0x0f) | 0x40  // version 4
+        bytes[8] = (bytes[8] & 0x3f) | 0x80  // RFC 4122 variant
+        return UUID(uuid: (
+            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+            bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+    }
+
     /// Compares in time that depends only on the length, not on where the bytes differ.
     public static func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
         guard lhs.count == rhs.count else { return false }
