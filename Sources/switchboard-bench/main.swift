@@ -512,18 +512,19 @@ func benchChurn(_ arguments: [String]) async throws {
 /// frequent write), queued (`--mode queued`: as the server writes, 1,000 queued then waited for,
 /// the writes queued while one commits going in the next transaction, sent together), queued
 /// as code (`--mode queued-code`: the same batches, each statement its own round trip) or one
-/// transaction each, waited for (`--mode single`). Prints {"writes_per_second": …, "writes": …,
-/// "commits": …}.
+/// transaction each, waited for (`--mode single`); `--commit-delay-ms` is the store's
+/// `store_commit_delay_ms` (5). Prints {"writes_per_second": …, "writes": …, "commits": …}.
 func benchStore(_ arguments: [String]) throws {
     let seconds = Double(option("seconds", in: arguments) ?? "5") ?? 5
     let single = option("mode", in: arguments) == "single"
     let asCode = option("mode", in: arguments) == "queued-code"
     let metrics = Metrics()
+    let limits = Store.Limits(commitDelayMillis: Int(option("commit-delay-ms", in: arguments) ?? "5") ?? 5)
     let store: Store
     if let url = option("store-url", in: arguments) {
-        store = try Store(postgres: url, metrics: metrics)
+        store = try Store(postgres: url, metrics: metrics, limits: limits)
     } else if let directory = option("data-dir", in: arguments) {
-        store = try Store(directory: directory, metrics: metrics)
+        store = try Store(directory: directory, metrics: metrics, limits: limits)
     } else {
         fail("--data-dir or --store-url is required")
     }
@@ -579,5 +580,5 @@ default:
         + "       switchboard-bench idle --server ws://HOST:PORT --api-key K --api-secret S [--connections N] [--parallel P] [--hold SECONDS]\n"
         + "       switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND] [--seconds N] [--callers C] [--callees D] [--ring-timeout S]\n"
         + "       switchboard-bench churn --server ws://HOST:PORT --api-key K --api-secret S [--seconds N] [--parallel P] [--join-rooms N]\n"
-        + "       switchboard-bench store --data-dir DIR | --store-url URL [--seconds N] [--mode queued|queued-code|single]")
+        + "       switchboard-bench store --data-dir DIR | --store-url URL [--seconds N] [--mode queued|queued-code|single] [--commit-delay-ms N]")
 }
