@@ -49,18 +49,23 @@ public final class ToolProcess: Sendable {
         self.process = process
         for (pipe, sink) in [(out, output), (err, errors)] {
             readersLeft.withLock { $0 += 1 }
-            let handle = pipe.fileHandleForReading
             let readersLeft = self.readersLeft
-            Thread.detachNewThread {
-                while true {
-                    let chunk = handle.availableData
-                    if chunk.isEmpty { break }
-                    sink.withLock { $0 += String(decoding: chunk, as: UTF8.self) }
-                }
-                readersLeft.withLock { $0 -= 1 }
-            }
+            Self.collect(pipe.fileHandleForReading, into: sink) { readersLeft.withLock { $0 -= 1 } }
         }
         try Self.launch(process)
+    }
+
+    /// Appends what `handle` gives to `sink` as it comes, on a thread of its own (not a
+    /// `readabilityHandler`, a dispatch source on Linux), until its end; then `ended`.
+    public static func collect(_ handle: FileHandle, into sink: Locked<String>, ended: @escaping @Sendable () -> Void = {}) {
+        Thread.detachNewThread {
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                sink.withLock { $0 += String(decoding: chunk, as: UTF8.self) }
+            }
+            ended()
+        }
     }
 
     /// Starts `process`. Every child a test starts goes through here: `ChildProcess`, not

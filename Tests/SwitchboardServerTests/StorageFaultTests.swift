@@ -62,18 +62,9 @@ final class ConfinedServer: @unchecked Sendable {  // one test drives it at a ti
         ]
         process.standardInput = control
         process.standardOutput = replies
-        // Read on a thread of its own (as `ToolProcess` does), not with a `readabilityHandler`:
-        // on Linux that is a dispatch source on the pipe, and the test process once crashed in
-        // libdispatch's event loop while this test was stopping its script.
-        let buffered = self.buffered
-        let handle = replies.fileHandleForReading
-        Thread.detachNewThread {
-            while true {
-                let data = handle.availableData
-                if data.isEmpty { break }
-                buffered.withLock { $0 += String(decoding: data, as: UTF8.self) }
-            }
-        }
+        // Not a `readabilityHandler`: the test process once crashed in libdispatch's event
+        // loop while this test was stopping its script.
+        ToolProcess.collect(replies.fileHandleForReading, into: buffered)
         try ToolProcess.launch(process)
     }
 

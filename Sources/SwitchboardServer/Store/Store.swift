@@ -690,9 +690,9 @@ public final class Store: Sendable {
 
     /// Finishes queued writes, checkpoints the WAL and closes the file.
     public func close() {
-        queue.sync { writePending() }
         backlog.withLock { $0.closed = true }
         queue.sync {
+            writePending()  // what is held for the commit delay
             let waiting = backlog.withLock { $0.writes.count }
             if waiting > 0 {
                 logger.error("closing with writes the storage never took: they are lost", ["count": String(waiting)])
