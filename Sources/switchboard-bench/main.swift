@@ -412,12 +412,26 @@ final class CallRun: @unchecked Sendable {
         for caller in callers {
             caller.handleEventsOnLoop { [self] event in
                 guard case .text(let text) = event else { return }
-                // Replies only (error replies' keys come in any order); events are skipped.
-                guard text.hasPrefix(#"{"type":"ok","id":"#) || text.contains(#""type":"error""#) else { return }
-                guard let reply = try? JSONDecoder().decode(SwitchboardProtocol.JSONValue.self, from: Data(text.utf8)),
-                    case .int(let id)? = reply["id"], id >= 0, Int(id) < total
-                else { return }
-                if reply["type"]?.stringValue == "ok" {
+                // Replies only; events are skipped. An `ok` starts with its type and id (the
+                // server writes them first), so its id is read without parsing the rest: the
+                // generator shares its core with the store, and should cost it as little as it
+                // can. Error replies (rare; their keys come in any order) are parsed whole.
+                let okPrefix = #"{"type":"ok","id":"#
+                let id: Int
+                let ok = text.hasPrefix(okPrefix)
+                if ok {
+                    let digits = text.utf8.dropFirst(okPrefix.utf8.count).prefix(while: { $0 >= 0x30 && $0 <= 0x39 })
+                    guard (1...9).contains(digits.count) else { return }
+                    id = digits.reduce(0) { $0 * 10 + Int($1 - 0x30) }
+                } else {
+                    guard text.contains(#""type":"error""#),
+                        let reply = try? JSONDecoder().decode(SwitchboardProtocol.JSONValue.self, from: Data(text.utf8)),
+                        case .int(let parsed)? = reply["id"]
+                    else { return }
+                    id = Int(parsed)
+                }
+                guard id >= 0, id < total else { return }
+                if ok {
                     created += 1
                     replyLatencies.append(RelayRun.monotonicMicros() &- sentAt[Int(id)])
                 } else {
