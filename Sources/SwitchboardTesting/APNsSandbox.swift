@@ -408,7 +408,7 @@ struct SandboxValidator: Sendable {
         guard !request.body.isEmpty else { return refuse(400, "PayloadEmpty") }
         let limit = pushType == "voip" ? 5120 : 4096
         guard request.body.count <= limit else { return refuse(413, "PayloadTooLarge") }
-        guard (try? JSONSerialization.jsonObject(with: Data(request.body))) is [String: Any] else {
+        guard JSONText.holdsObject(request.body) ?? ((try? JSONSerialization.jsonObject(with: Data(request.body))) is [String: Any]) else {
             // Apple documents no reason for a payload that is not a JSON object; the sandbox
             // names the mistake.
             return refuse(400, "BadPayload")

@@ -14,6 +14,14 @@ public enum JSONText {
         return value(of: root)
     }
 
+    /// Whether `bytes` hold a JSON object, without building its value; nil when jansson
+    /// rejects them (callers that must accept what jansson cannot represent fall back as above).
+    public static func holdsObject(_ bytes: [UInt8]) -> Bool? {
+        guard let root = load(bytes) else { return nil }
+        defer { json_decref(root) }
+        return sb_json_typeof(root) == JSON_OBJECT
+    }
+
     /// jansson's tree of `bytes` (one reference, the caller's), or nil when it rejects them.
     static func load(_ bytes: [UInt8]) -> UnsafeMutablePointer<json_t>? {
         var error = json_error_t()
