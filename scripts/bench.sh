@@ -642,7 +642,9 @@ Measured {datetime.date.today().isoformat()} on {os.cpu_count()} × {cpu_model},
 500 callees each register an iPhone with a VoIP token; 50 callers (`switchboard-bench calls`)
 start calls over their WebSockets at a steady rate, round robin, each ringing one callee (a
 VoIP push to `switchboard apns-sandbox`, which accepts it) until the run ends. The server runs
-on core 0; the generator and the sandbox on core 1. {pg_line} The server's share is its own
+on core 0; the generator and the sandbox on core 1 (the generator reads only the id of each `ok`
+reply, and the sandbox checks a payload with jansson, so that they leave that core to the
+store). {pg_line} The server's share is its own
 `switchboard_call_setup_seconds` summary: from the invite arriving to the push handed to the
 APNs connection and the call's record written to the store, whichever is last. Medians of {runs}
 runs per engine, each on a fresh server and store after a warm-up second (each run's store is

@@ -65,7 +65,8 @@ extension JSONText {
     /// backslash and control characters escaped; everything else, slashes included, as is).
     public static func appendQuoted(_ text: String, to out: inout [UInt8]) {
         // Most names need no escape: one copy of the bytes.
-        if text.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x22 && $0 != 0x5C }) {
+        let plain: (UInt8) -> Bool = { $0 >= 0x20 && $0 != 0x22 && $0 != 0x5C }
+        if text.utf8.withContiguousStorageIfAvailable({ $0.allSatisfy(plain) }) ?? text.utf8.allSatisfy(plain) {
             out.append(0x22)
             out.append(contentsOf: text.utf8)
             out.append(0x22)
