@@ -88,7 +88,7 @@ public final class APNsClient: Sendable {
 
         guard !notification.payload.isEmpty else { return result(0, .payloadEmpty, 0) }
         guard notification.payload.count <= notification.type.maxPayloadBytes else { return result(0, .payloadTooLarge, 0) }
-        guard notification.deviceToken.count == 64, notification.deviceToken.allSatisfy(\.isHexDigit) else {
+        guard PushNotification.isDeviceToken(notification.deviceToken) else {
             return result(0, .badDeviceToken, 0)
         }
 

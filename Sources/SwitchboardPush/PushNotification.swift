@@ -32,6 +32,13 @@ public enum APNsEnvironment: String, Sendable, Codable {
 
 /// One push to one device.
 public struct PushNotification: Sendable, Equatable {
+    /// Whether `token` has a device token's form: 64 hexadecimal digits (ASCII only).
+    public static func isDeviceToken(_ token: some StringProtocol) -> Bool {
+        token.utf8.count == 64 && token.utf8.allSatisfy { byte in
+            (0x30...0x39).contains(byte) || (0x41...0x46).contains(byte) || (0x61...0x66).contains(byte)
+        }
+    }
+
     /// The device token, 64 hex characters (PushKit or APNs).
     public var deviceToken: String
     public var type: PushType

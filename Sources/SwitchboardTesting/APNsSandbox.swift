@@ -3,6 +3,7 @@ import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardSupport
+import SwitchboardPush
 import SwitchboardHTTP2Server
 
 /// A local stand-in for Apple's APNs provider API (`POST /3/device/{token}` over HTTP/2 and TLS)
@@ -396,7 +397,7 @@ struct SandboxValidator: Sendable {
         if let collapse = request.header("apns-collapse-id"), collapse.utf8.count > 64 { return refuse(400, "BadCollapseId") }
 
         // The device token and what the tests said about it.
-        guard token.count == 64, token.allSatisfy(\.isHexDigit) else { return refuse(400, "BadDeviceToken") }
+        guard PushNotification.isDeviceToken(token) else { return refuse(400, "BadDeviceToken") }
         switch state.tokens[token] {
         case .unregistered(let since): return refuse(410, "Unregistered", timestamp: since)
         case .bad: return refuse(400, "BadDeviceToken")

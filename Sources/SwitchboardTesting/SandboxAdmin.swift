@@ -2,6 +2,7 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardSystem
 import SwitchboardSupport
+import SwitchboardPush
 
 /// The sandbox's admin API: JSON over plain HTTP, and WebSocket subscriptions for simulated
 /// devices. Runs on its own libwebsockets loop; the sandbox state it touches is under a lock.
@@ -143,7 +144,7 @@ final class SandboxAdmin: HTTPServerHandler, @unchecked Sendable {
 
     func shouldUpgrade(_ request: HTTPRequest, on connection: ConnectionID) -> UpgradeDecision {
         let parts = request.path.split(separator: "/").map(String.init)
-        guard parts.count == 2, parts[0] == "devices", parts[1].count == 64, parts[1].allSatisfy(\.isHexDigit) else {
+        guard parts.count == 2, parts[0] == "devices", PushNotification.isDeviceToken(parts[1]) else {
             return .reject(reply(404, ["error": "subscribe at /devices/{64 hex token}"]))
         }
         pendingSubscriptions[connection] = parts[1].lowercased()

@@ -50,7 +50,7 @@ enum PushCommand {
         try parsed.rejectUnknownFlags(["help"])
         guard parsed.positionals.count == 1 else { throw UsageError("give exactly one device token") }
         let token = parsed.positionals[0].lowercased()
-        guard token.count == 64, token.allSatisfy(\.isHexDigit) else {
+        guard PushNotification.isDeviceToken(token) else {
             throw UsageError("a device token is 64 hexadecimal characters")
         }
         let topic = try parsed.required("topic")

@@ -81,6 +81,23 @@ final class PushFixture: Sendable {
 }
 
 @Suite(.timeLimit(.minutes(3))) struct PushTests {
+    /// One rule for a device token's form, used by the registry, the client, the sandbox and
+    /// `switchboard push`: 64 ASCII hex digits, either case; nothing that only looks like one.
+    @Test func aDeviceTokenIsSixtyFourASCIIHexDigits() {
+        let token = String(repeating: "0123456789abcdef", count: 4)
+        #expect(PushNotification.isDeviceToken(token))
+        #expect(PushNotification.isDeviceToken(token.uppercased()))
+        #expect(PushNotification.isDeviceToken(token[...]))
+        #expect(!PushNotification.isDeviceToken(String(token.dropLast())))
+        #expect(!PushNotification.isDeviceToken(token + "0"))
+        #expect(!PushNotification.isDeviceToken(String(token.dropLast()) + "g"))
+        #expect(!PushNotification.isDeviceToken(String(token.dropLast()) + " "))
+        // Fullwidth digits are hex digits to `Character.isHexDigit`, but not in a token.
+        #expect(!PushNotification.isDeviceToken(String(token.dropLast()) + "\u{FF41}"))
+        #expect(!PushNotification.isDeviceToken(String(repeating: "\u{FF41}", count: 64)))
+        #expect(!PushNotification.isDeviceToken(""))
+    }
+
     @Test func rfc7515AppendixA3ES256VectorVerifies() throws {
         // RFC 7515 A.3: the JWK's x and y, as a SubjectPublicKeyInfo.
         let x = try #require(Base64URL.decode("f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU"))

@@ -19,7 +19,7 @@ extension Gateway {
         guard ["ios", "android", "web"].contains(body.platform) else {
             throw ErrorBody(.badRequest, "platform is ios, android or web")
         }
-        for token in [body.voipToken, body.apnsToken].compactMap({ $0 }) where token.utf8.count != 64 || !token.allSatisfy(\.isHexDigit) {
+        for token in [body.voipToken, body.apnsToken].compactMap({ $0 }) where !PushNotification.isDeviceToken(token) {
             throw ErrorBody(.badRequest, "a device token is 64 hexadecimal characters")
         }
         guard let environment = APNsEnvironment(rawValue: body.environment ?? "production") else {

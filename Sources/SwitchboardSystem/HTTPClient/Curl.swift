@@ -70,13 +70,8 @@ public enum HTTPClient {
         _ = sb_curl_easy_setopt_header_function(easy, { pointer, size, count, user in
             let collector = Unmanaged<Collector>.fromOpaque(user!).takeUnretainedValue()
             let length = size * count
-            if let pointer {
-                let line = String(decoding: UnsafeRawBufferPointer(start: pointer, count: length), as: UTF8.self)
-                if let colon = line.firstIndex(of: ":") {
-                    let name = line[..<colon].lowercased()
-                    let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
-                    collector.headers[name] = value
-                }
+            if let pointer, let (name, value) = HTTPClient.headerField(UnsafeRawBufferPointer(start: pointer, count: length)) {
+                collector.headers[name] = value
             }
             return length
         })
@@ -116,6 +111,22 @@ public enum HTTPClient {
 // MARK: - HTTP/2 client on the multi interface
 
 /// A request for `HTTP2Client`.
+extension HTTPClient {
+    /// One header line as libcurl hands it over (`Name: value` and its line end): the name
+    /// lowercased, the value without the blanks around it; nil for a line without a colon (the
+    /// status line, the blank line that ends the headers). Read from the bytes, without
+    /// Foundation's Unicode trimming, as it runs for every header of every push.
+    static func headerField(_ line: UnsafeRawBufferPointer) -> (name: String, value: String)? {
+        guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return nil }
+        func isBlank(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
+        var start = colon + 1
+        var end = line.count
+        while start < end, isBlank(line[start]) { start += 1 }
+        while end > start, isBlank(line[end - 1]) { end -= 1 }
+        return (String(decoding: line[..<colon], as: UTF8.self).lowercased(), String(decoding: line[start..<end], as: UTF8.self))
+    }
+}
+
 public struct HTTP2Request: Sendable {
     public var method: String
     public var url: String
@@ -341,12 +352,10 @@ public final class HTTP2Client: @unchecked Sendable {
         _ = sb_curl_easy_setopt_header_function(easy, { pointer, size, count, user in
             let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
             if let pointer {
-                let line = String(decoding: UnsafeRawBufferPointer(start: pointer, count: size * count), as: UTF8.self)
-                if line.hasPrefix("HTTP/") { transfer.headers.removeAll() }
-                if let colon = line.firstIndex(of: ":") {
-                    transfer.headers[line[..<colon].lowercased()] =
-                        line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
-                }
+                let line = UnsafeRawBufferPointer(start: pointer, count: size * count)
+                // A new status line (after an interim answer): the headers start again.
+                if line.starts(with: "HTTP/".utf8) { transfer.headers.removeAll() }
+                if let (name, value) = HTTPClient.headerField(line) { transfer.headers[name] = value }
             }
             return size * count
         })
