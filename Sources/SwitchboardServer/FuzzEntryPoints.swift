@@ -22,14 +22,26 @@ public enum FuzzEntryPoints {
             precondition(fast.id == slow.id && fast.room == slow.room && fast.to == slow.to && fast.signal == slow.signal, "the readers differ")
         }
         guard case .success(let request) = MessageCodec.parseRequest(bytes) else { return false }
+        // Each body decoded as the server decodes it (from the value read), and by Foundation's
+        // JSONDecoder from that value written out again: the decoders must agree. (Not from the
+        // input itself: where a member is named twice, JSONDecoder takes the first, and every
+        // reader of the server the last.)
+        let written = Data(JSONText.serialize(.object(request.object)))
+        func decoded<T: Decodable & Equatable>(_ type: T.Type) -> T? {
+            let fromValue: T? = try? MessageCodec.data(of: request.object)
+            let fromBytes = try? JSONDecoder().decode(RequestData<T>.self, from: written).data
+            precondition(fromValue == fromBytes, "JSONValueDecoder and JSONDecoder differ on a \(T.self)")
+            return fromValue
+        }
         var accepted = false
-        if let join: RoomJoinRequest = try? MessageCodec.data(of: bytes) {
+        if let join = decoded(RoomJoinRequest.self) {
             accepted = (try? Hub.validateRoomName(join.room)) != nil
         }
-        if let _: RoomLeaveRequest = try? MessageCodec.data(of: bytes) { accepted = true }
-        if let _: RoomMetadataRequest = try? MessageCodec.data(of: bytes) { accepted = true }
-        if let _: CallActionRequest = try? MessageCodec.data(of: bytes) { accepted = true }
-        if let call: CallCreateRequest = try? MessageCodec.data(of: bytes) {
+        if decoded(RoomLeaveRequest.self) != nil { accepted = true }
+        if decoded(RoomMetadataRequest.self) != nil { accepted = true }
+        if decoded(CallActionRequest.self) != nil { accepted = true }
+        if decoded(CallHoldRequest.self) != nil { accepted = true }
+        if let call = decoded(CallCreateRequest.self) {
             accepted = (try? Hub.checkCallRequest(call, caller: "fuzz", limits: ServerConfiguration.Limits())) != nil
         }
         // What the server writes back: the parsed object, serialized again.
@@ -73,4 +85,9 @@ public enum FuzzEntryPoints {
         _ = APNsClient.reason(of: response)  // the reader under test, for every status
         return status == 200
     }
+}
+
+/// A request as Foundation's `JSONDecoder` reads it from the bytes (the fuzzer's reference).
+private struct RequestData<T: Decodable>: Decodable {
+    var data: T
 }

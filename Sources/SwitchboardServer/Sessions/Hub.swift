@@ -270,7 +270,7 @@ final class Hub: @unchecked Sendable {
             ])
 
         case MessageType.roomJoin:
-            let request: RoomJoinRequest = try decodeData(bytes)
+            let request: RoomJoinRequest = try decodeData(object)
             try Self.validateRoomName(request.room)
             let key = RoomKey(appID: session.app.id, name: request.room)
             if Self.isCallRoomName(request.room) {
@@ -295,7 +295,7 @@ final class Hub: @unchecked Sendable {
             return Outcome(reply: jsonValue(reply), effects: joined.effects)
 
         case MessageType.roomLeave:
-            let request: RoomLeaveRequest = try decodeData(bytes)
+            let request: RoomLeaveRequest = try decodeData(object)
             let effects: [RoomDirectory.Effect]
             do {
                 effects = try rooms.leave(RoomKey(appID: session.app.id, name: request.room), peerID: session.peerID, reason: .left)
@@ -332,7 +332,7 @@ final class Hub: @unchecked Sendable {
             } catch { throw error.body }
 
         case MessageType.roomSetMetadata:
-            let request: RoomMetadataRequest = try decodeData(bytes)
+            let request: RoomMetadataRequest = try decodeData(object)
             guard session.claims.grants.admin == true else {
                 throw ErrorBody(.forbidden, "setting room metadata needs the admin grant")
             }
@@ -343,15 +343,15 @@ final class Hub: @unchecked Sendable {
             } catch { throw error.body }
 
         case MessageType.callCreate:
-            let request: CallCreateRequest = try decodeData(bytes)
+            let request: CallCreateRequest = try decodeData(object)
             createCall(request, caller: session.claims, app: session.app, device: session.deviceKey, answer: answer)
             return .later
         case MessageType.callAnswer, MessageType.callDecline, MessageType.callCancel, MessageType.callEnd, MessageType.callAck:
-            let request: CallActionRequest = try decodeData(bytes)
+            let request: CallActionRequest = try decodeData(object)
             callAction(type, request, identity: session.identity, app: session.app, device: session.deviceKey, answer: answer)
             return .later
         case MessageType.callHold:
-            let request: CallHoldRequest = try decodeData(bytes)
+            let request: CallHoldRequest = try decodeData(object)
             holdCall(request, identity: session.identity, app: session.app, device: session.deviceKey, answer: answer)
             return .later
 
@@ -523,7 +523,7 @@ final class Hub: @unchecked Sendable {
 
     func jsonValue(_ value: some Encodable) -> JSONValue { codec.value(value) }
 
-    func decodeData<T: Decodable>(_ bytes: [UInt8]) throws(ErrorBody) -> T { try codec.data(of: bytes) }
+    func decodeData<T: Decodable>(_ request: [String: JSONValue]) throws(ErrorBody) -> T { try MessageCodec.data(of: request) }
 
     /// Whether `name` is under the prefix reserved for calls' rooms (`call-`, in any case):
     /// such a room is never an ordinary room, whatever a token's room grant says.

@@ -70,18 +70,12 @@ struct MessageCodec {
         }
     }
 
-    private struct RequestData<T: Decodable>: Decodable {
-        var data: T
-    }
-
-    /// A request's `data` as `T`.
-    func data<T: Decodable>(of bytes: [UInt8]) throws(ErrorBody) -> T {
-        try Self.data(of: bytes, decoder: decoder)
-    }
-
-    static func data<T: Decodable>(of bytes: [UInt8], decoder: JSONDecoder = JSONDecoder()) throws(ErrorBody) -> T {
+    /// A request's `data` as `T`, decoded from the request as `read` parsed it (the bytes are
+    /// not parsed again).
+    static func data<T: Decodable>(of request: [String: JSONValue]) throws(ErrorBody) -> T {
+        guard let data = request["data"] else { throw ErrorBody(.badRequest, "invalid data: missing field 'data'") }
         do {
-            return try decoder.decode(RequestData<T>.self, from: Data(bytes)).data
+            return try JSONValueDecoder().decode(T.self, from: data, codingPath: ["data"])
         } catch {
             throw ErrorBody(.badRequest, "invalid data: \(Gateway.describe(error))")
         }
