@@ -41,7 +41,7 @@ import Testing
             "sdp": "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\n", "path": "a/b", "unicode": "é中😀\u{0}",
             "list": [1, -2, true, false, .null, [], [:]], "nested": ["deeper": ["n": .int(Int64.min)]],
         ]
-        let bytes = try #require(JSONText.serialize(members: [("type", "signal"), ("seq", 3), ("data", data)]))
+        let bytes = JSONText.serialize(members: [("type", "signal"), ("seq", 3), ("data", data)])
         let text = String(decoding: bytes, as: UTF8.self)
         #expect(text.hasPrefix(#"{"type":"signal","seq":3,"data":{"#))
         #expect(text.contains(#""path":"a/b""#))
@@ -49,8 +49,15 @@ import Testing
         #expect(back == ["type": "signal", "seq": 3, "data": data])
     }
 
-    @Test func leavesFloatingPointToJSONEncoder() {
-        #expect(JSONText.serialize(members: [("data", ["x": .double(0.1)])]) == nil)
+    /// A floating-point number in its shortest form that reads back the same, and still a
+    /// floating-point number (`1.0`, not `1`); one that is not finite as `null`.
+    @Test func writesFloatingPointInItsShortestForm() throws {
+        let data: JSONValue = ["a": .double(0.1), "b": .double(1.0), "c": .double(-2.5e-7), "d": .double(1e300), "e": .double(.infinity)]
+        let bytes = JSONText.serialize(members: [("data", data)])
+        #expect(String(decoding: bytes, as: UTF8.self) == #"{"data":{"a":0.1,"b":1.0,"c":-2.5e-07,"d":1e+300,"e":null}}"#)
+        // Read back, each is the number written (`1.0` reads as the integer 1, as JSONDecoder has it).
+        let back = try #require(JSONText.parse(bytes))
+        #expect(back == ["data": ["a": .double(0.1), "b": 1, "c": .double(-2.5e-7), "d": .double(1e300), "e": .null]])
     }
 
     /// The relay keeps a signal's payload as the bytes it arrived as: the range found is exactly

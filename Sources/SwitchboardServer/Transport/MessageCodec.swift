@@ -4,9 +4,8 @@ import SwitchboardSystem
 
 /// The signaling protocol's messages as bytes, both ways, in one place. Requests are read
 /// with jansson (a relayed signal as the byte range of its payload, anything else as a
-/// value); replies and events are written with jansson on the hot path, and with
-/// `JSONEncoder` for errors (rare) and floating-point numbers (which jansson does not write in
-/// the shortest form).
+/// value, its `data` decoded from that value); replies and events are written by `JSONText`'s
+/// writer on the hot path, and with `JSONEncoder` for errors and connection messages (rare).
 struct MessageCodec {
     /// A message read: a signal to relay as it is, or a request with its envelope's fields.
     enum Message {
@@ -105,7 +104,7 @@ struct MessageCodec {
             if let id = envelope.id { members.append(("id", id)) }
             if let seq = envelope.seq { members.append(("seq", .int(Int64(seq)))) }
             if let data = envelope.data { members.append(("data", data)) }
-            if let bytes = JSONText.serialize(members: members) { return bytes }
+            return JSONText.serialize(members: members)
         }
         return (try? encoder.encode(envelope)).map(Array.init)
     }

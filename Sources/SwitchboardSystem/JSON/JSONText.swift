@@ -74,53 +74,20 @@ public enum JSONText {
         }
     }
 
-    /// Compact JSON for an object whose members appear in the given order (nested objects in
-    /// their dictionary's order), written as `JSONEncoder` writes it: UTF-8 as is, slashes not
-    /// escaped. Nil when a member holds a floating-point number: jansson writes those with 17
-    /// significant digits where `JSONEncoder` writes the shortest form, so callers encode those
-    /// with `JSONEncoder`.
-    public static func serialize(members: [(String, JSONValue)]) -> [UInt8]? {
-        guard let root = json_object() else { return nil }
-        defer { json_decref(root) }
-        for (key, member) in members {
-            guard let node = node(for: member), json_object_setn_new_nocheck(root, key, key.utf8.count, node) == 0 else { return nil }
+    /// Compact JSON for an object whose members appear in the given order (an envelope's
+    /// `type`, `id`, `seq`, `data`), each written as `serialize` writes a value.
+    public static func serialize(members: [(String, JSONValue)]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        out.append(UInt8(ascii: "{"))
+        for (index, (key, member)) in members.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            appendQuoted(key, to: &out)
+            out.append(UInt8(ascii: ":"))
+            append(member, to: &out)
         }
-        guard let text = json_dumps(root, Int(JSON_COMPACT)) else { return nil }
-        defer { free(text) }
-        return Array(UnsafeRawBufferPointer(start: text, count: strlen(text)))
-    }
-
-    /// A new jansson node (one reference, the caller's) for `value`.
-    private static func node(for value: JSONValue) -> UnsafeMutablePointer<json_t>? {
-        switch value {
-        case .null: return json_null()
-        case .bool(let flag): return flag ? json_true() : json_false()
-        case .int(let integer): return json_integer(json_int_t(integer))
-        case .double: return nil
-        case .string(let text):
-            var text = text
-            return text.withUTF8 { bytes in
-                bytes.withMemoryRebound(to: CChar.self) { json_stringn_nocheck($0.baseAddress, $0.count) }
-            }
-        case .array(let elements):
-            guard let array = json_array() else { return nil }
-            for element in elements {
-                guard let child = node(for: element), json_array_append_new(array, child) == 0 else {
-                    json_decref(array)
-                    return nil
-                }
-            }
-            return array
-        case .object(let members):
-            guard let object = json_object() else { return nil }
-            for (key, member) in members {
-                guard let child = node(for: member), json_object_setn_new_nocheck(object, key, key.utf8.count, child) == 0 else {
-                    json_decref(object)
-                    return nil
-                }
-            }
-            return object
-        }
+        out.append(UInt8(ascii: "}"))
+        return out
     }
 
     static func value(of node: UnsafeMutablePointer<json_t>) -> JSONValue {
