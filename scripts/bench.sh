@@ -670,7 +670,10 @@ thread (p99 730 ms with the server on one core; it now suspends, and the p99 is 
 a durable PostgreSQL the slow setups wait for their record's commit, each a WAL flush: writes
 nobody waits for (trace entries, later states) now wait up to `store_commit_delay_ms` to join
 the next record's commit (about 1.2 commits per call instead of 1.9), and a setup reads the
-callees' block lists and devices in one query instead of two. What is left is the machine:
+callees' block lists and devices in one query instead of two. A request's `data` is decoded
+from the value jansson read instead of being parsed again by `JSONDecoder` (4% less server CPU
+at 500/s, alternating builds), and the push client reads response headers from libcurl's bytes
+(Foundation's trimming was 4.5% of a sender's CPU). What is left is the machine:
 the tail follows the hypervisor's steal, above.
 
 ### The store's writes per second

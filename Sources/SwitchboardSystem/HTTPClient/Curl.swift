@@ -108,9 +108,6 @@ public enum HTTPClient {
     }
 }
 
-// MARK: - HTTP/2 client on the multi interface
-
-/// A request for `HTTP2Client`.
 extension HTTPClient {
     /// One header line as libcurl hands it over (`Name: value` and its line end): the name
     /// lowercased, the value without the blanks around it; nil for a line without a colon (the
@@ -127,6 +124,9 @@ extension HTTPClient {
     }
 }
 
+// MARK: - HTTP/2 client on the multi interface
+
+/// A request for `HTTP2Client`.
 public struct HTTP2Request: Sendable {
     public var method: String
     public var url: String
