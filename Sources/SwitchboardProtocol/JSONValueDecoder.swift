@@ -16,7 +16,7 @@ public struct JSONValueDecoder: Sendable {
 }
 
 /// A member name or an array position in a coding path.
-struct TreeKey: CodingKey {
+private struct TreeKey: CodingKey {
     let stringValue: String
     let intValue: Int?
     init(stringValue: String) {

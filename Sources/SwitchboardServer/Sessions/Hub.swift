@@ -214,7 +214,7 @@ final class Hub: @unchecked Sendable {
             return
         }
         do throws(ErrorBody) {
-            let result = try handle(type: type, object: object, bytes: bytes, from: session) { [weak self, weak session] result in
+            let result = try handle(type: type, object: object, from: session) { [weak self, weak session] result in
                 guard let self, let session else { return }
                 switch result {
                 case .success(let value): reply(.ok(id: id, data: value), to: session)
@@ -254,7 +254,7 @@ final class Hub: @unchecked Sendable {
 
     /// `answer`: how a handler that waits for the store replies (exactly once, on the loop).
     private func handle(
-        type: String, object: [String: JSONValue], bytes: [UInt8], from session: Session,
+        type: String, object: [String: JSONValue], from session: Session,
         answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
     ) throws(ErrorBody) -> Outcome {
         switch type {
