@@ -21,6 +21,18 @@ static inline void sb_ev_run_once(void *loop) { ev_run((struct ev_loop *)loop, E
 static inline void sb_ev_run_nowait(void *loop) { ev_run((struct ev_loop *)loop, EVRUN_NOWAIT); }
 static inline void sb_ev_loop_destroy(void *loop) { ev_loop_destroy((struct ev_loop *)loop); }
 
+/* Services a connection as if its socket had reported writeable, from the loop's own thread
+   between iterations: libwebsockets writes what it owes first (buffered bytes, a pong, a close)
+   and then calls the protocol's writeable callback, as on a real event, without asking epoll.
+   Returns what lws_service_fd returns (1: the connection was closed). */
+static inline int sb_lws_service_writeable(struct lws_context *context, struct lws *wsi) {
+    struct lws_pollfd pfd;
+    pfd.fd = lws_get_socket_fd(wsi);
+    pfd.events = LWS_POLLOUT;
+    pfd.revents = LWS_POLLOUT;
+    return lws_service_fd(context, &pfd);
+}
+
 /* One timer on the loop for the owner's timer heap (libwebsockets' own timers are re-armed on
    libev only after I/O, so a deadline set from elsewhere could wait for the next event). */
 typedef void (*sb_ev_timer_fn)(void *context);

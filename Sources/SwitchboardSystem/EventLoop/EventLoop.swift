@@ -158,6 +158,7 @@ public final class EventLoop: @unchecked Sendable {
         loopThreadID.withLock { $0 = pthread_self() }
         while !stopRequested.load(ordering: .acquiring) {
             sb_ev_run_once(evLoop)
+            server?.flushQueuedFrames()
         }
         drainPending()
         for watcher in acceptWatchers { sb_ev_io_free(evLoop, watcher) }
