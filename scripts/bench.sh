@@ -319,12 +319,19 @@ finds the stamp in a delivered one with a byte scan: building Swift strings for 
 Foundation's `range(of:)`) took a third of its core, and at half of Switchboard's saturation
 rate it fell behind its own schedule (p99 1-2 s, the generator's queue). At that rate the
 server, paced, uses most of its core (the CPU column): that row's tail is the server's queue.
-Tried and not kept: writing a frame at once from the loop when nothing is queued for its
-connection (once per turn of the loop, after libwebsockets' `lws_send_pipe_choked`), instead
-of through the writeable callback. At 20,000 paced signals/s it cut the `epoll_ctl` calls by
-a third but added a `poll` per write and wrote frames singly that had gone out coalesced: more
-system calls in all (115,000 against 91,000 in 3 s) and the same server CPU (761 against 776
-ticks in 8 s at 30,000/s), so it moves the p50, not what this row needs.
+Paced, the server's own cost per signal is its system calls: one read and two writes (the
+signal, the `ok`), whose loopback sends also run the receiving side's TCP in the server's
+time (`perf`: 39% of its CPU under `send`, 48% in the kernel in all at 27,000/s). These were
+four `epoll_ctl` calls more, two per write through libwebsockets' writeable callback. Now a
+connection that a turn of the loop gave one frame is serviced as writeable when the turn ends
+(libwebsockets writes a pending pong or close first), and bursts keep the callback. Measured
+against the build before, alternating, 6 pairs each, 10,000 idle: at 20,000 paced signals/s
+the server made 3.8 `epoll_ctl` calls per signal before and 0.2 after, and its CPU for 6 s of
+relay had a median of 405 against 477 ticks (-15%); the pipelined relay (the table above, 4 s
+runs) had a median of 45,700 against 43,700 signals/s. Writing bursts at once too lost 7% of
+the pipelined relay (both ends then sent and read fewer frames per system call). An earlier
+try, which asked `lws_send_pipe_choked` before writing at once, added a `poll` per write and
+saved nothing.
 """
 print(section)
 PY
