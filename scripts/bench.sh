@@ -252,15 +252,18 @@ latency_run() {  # latency_run NAME PID URL KEY SECRET RATE: idle connections, t
   local generator=$!
   for _ in $(seq 1 1200); do grep -q '"connected"' "$out/idle.out" 2>/dev/null && break; sleep 0.1; done
   local start_ticks; start_ticks=$(cpu_ticks "$pid")
+  local start_steal; start_steal=$(steal_ticks)
   taskset -c 1 "$bin/switchboard-bench" relay --server "$url" --api-key "$key" --api-secret "$secret" \
     --pairs "$pairs" --messages $((rate * seconds)) --rate "$rate" >"$out/result"
   local end_ticks; end_ticks=$(cpu_ticks "$pid")
+  local end_steal; end_steal=$(steal_ticks)
   kill "$generator"; wait "$generator" 2>/dev/null || true
-  python3 - "$name" "$out/result" "$((end_ticks - start_ticks))" >>"$out/latency.jsonl" <<'PY'
+  python3 - "$name" "$out/result" "$((end_ticks - start_ticks))" "$start_steal" "$end_steal" >>"$out/latency.jsonl" <<'PY'
 import json, sys
 name, path, ticks = sys.argv[1], sys.argv[2], int(sys.argv[3])
 result = json.loads(open(path).read().strip().splitlines()[-1])
-result.update(name=name, server_cpu_seconds=ticks / 100)
+(steal0, total0), (steal1, total1) = (map(int, sys.argv[4].split())), (map(int, sys.argv[5].split()))
+result.update(name=name, server_cpu_seconds=ticks / 100, steal_share=(steal1 - steal0) / max(1, total1 - total0))
 print(json.dumps(result))
 PY
 }
@@ -291,6 +294,9 @@ def share(name, at):
 def row(name, label, at):
     return (f"| {label} | {int(at):,} | {ms(name, at, 'p50_us')} | **{ms(name, at, 'p99_us')}** | "
             f"{ms(name, at, 'p999_us')} | {share(name, at)} |")
+def runs_with_steal(name, label, at):
+    return f"- {label} at {int(at):,}/s: " + ", ".join(
+        f"{r['p99_us'] / 1000:.2f} ms ({r.get('steal_share', 0):.0%})" for r in pick(name, at))
 cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
 section = f"""## Latency: signals at half load with {int(idle):,} idle connections
@@ -308,6 +314,13 @@ on both. Both generators run on core 1, the server on core 0. Medians of {runs} 
 {row('switchboard', 'Switchboard', rate)}
 {row('switchboard', 'Switchboard', common)}
 {row('websockets', 'Python `websockets` 15 relay, reference', common)}
+
+Each run's p99, with the share of the machine's CPU time the hypervisor gave to other guests
+during it (steal, from `/proc/stat`):
+
+{runs_with_steal('switchboard', 'Switchboard', rate)}
+{runs_with_steal('switchboard', 'Switchboard', common)}
+{runs_with_steal('websockets', 'reference', common)}
 
 Target: p99 ≤ 2 ms at half load. Saturation throughput comes from pipelined senders, whose
 frames the server reads and writes many to a system call; paced senders spread over 50 pairs
