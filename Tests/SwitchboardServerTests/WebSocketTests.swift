@@ -296,6 +296,37 @@ import SwitchboardSupport
         client.socket.close()
     }
 
+    /// A reply is written as soon as the loop's turn ends, but never ahead of what
+    /// libwebsockets owes the same connection: a ping and a request in one write get the pong
+    /// first, then the reply; a request and a close in one write get nothing after the close.
+    @Test func aReplyNeverOvertakesThePongOrTheCloseItFollows() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let socket = try RawSocket(port: server.server.port)
+        defer { socket.close() }
+        _ = try await socket.openSession(token: server.token())
+        for round in 0..<20 {
+            let payload = Array("p\(round)".utf8)
+            let request = Array(#"{"type":"ping","id":\#(round)}"#.utf8)
+            #expect(socket.send(socket.maskedFrame(opcode: 0x9, payload) + socket.maskedFrame(opcode: 0x1, request)))
+            let first = try await socket.readFrame(limit: .seconds(5) * testSlowdown)
+            #expect(first.opcode == 0xA && first.payload == payload, "round \(round): the pong first, got opcode \(first.opcode)")
+            let second = try await socket.readFrame(limit: .seconds(5) * testSlowdown)
+            let reply = try JSONDecoder().decode(JSONValue.self, from: Data(second.payload))
+            #expect(second.opcode == 0x1 && reply["id"] == .int(Int64(round)), "round \(round): then the reply")
+        }
+        let close = socket.maskedFrame(opcode: 0x8, [0x03, 0xE8])
+        #expect(socket.send(socket.maskedFrame(opcode: 0x1, Array(#"{"type":"ping","id":99}"#.utf8)) + close))
+        var opcodes: [UInt8] = []
+        while opcodes.last != 0x8 {
+            opcodes.append(try await socket.readFrame(limit: .seconds(5) * testSlowdown).opcode)
+        }
+        #expect(opcodes.allSatisfy { $0 == 0x1 || $0 == 0x8 } && opcodes.count <= 2, "\(opcodes)")
+        await #expect(throws: Timeout.self, "nothing after the close") {
+            _ = try await socket.readFrame(limit: .milliseconds(300))
+        }
+    }
+
     /// Frames queued together leave in one write, each with its own header: lengths on both
     /// sides of the 7-bit, 16-bit and 64-bit encodings, in order, none lost or merged.
     @Test func aBurstOfEchoesComesBackFrameByFrame() async throws {
