@@ -64,6 +64,8 @@ import Testing
     /// the member jansson read, whatever the text around it holds.
     @Test(arguments: [
         #"{"type":"signal","id":1,"data":{"room":"r","to":"p","signal":{"type":"offer","sdp":"v=0\r\n}{\"x"}}}"#,
+        // Backslash runs before a quote: even (the quote closes the string), odd (it is escaped).
+        #"{"type":"signal","id":7,"data":{"room":"r","to":"p","signal":{"a":"x\\","b":"\\\"}\\\\","c":"\\\\\"]"}}}"#,
         #"{ "data" : { "signal" : [1, {"a": "]}"}, -2.5e3, null] , "to" : "p", "room" : "r" } , "type" : "signal", "id" : "s" }"#,
         #"{"type":"signal","id":2,"data":{"room":"r","to":"p","signal":"first","signal":{"last":true}}}"#,
         #"{"type":"signal","id":3,"data":{"room":"r","to":"p","signal":true}}"#,
