@@ -129,14 +129,18 @@ cc -O2 -Wall -o "$out/loopback" bench/loopback.c
 relay_run() {  # relay_run NAME PID URL KEY SECRET: the load on core 1 against the server PID on core 0
   local name=$1 pid=$2 url=$3 key=$4 secret=$5
   local start_ticks; start_ticks=$(cpu_ticks "$pid")
+  local start_steal; start_steal=$(steal_ticks)
   /usr/bin/env time -f "%U %S" -o "$out/time" taskset -c 1 "$bin/switchboard-bench" relay --server "$url" \
     --api-key "$key" --api-secret "$secret" --pairs "$pairs" --messages "$messages" --window "$window" >"$out/result"
   local end_ticks; end_ticks=$(cpu_ticks "$pid")
-  python3 - "$name" "$out/result" "$(awk '{print $1+$2}' "$out/time")" "$((end_ticks - start_ticks))" >>"$out/relay.jsonl" <<'PY'
+  local end_steal; end_steal=$(steal_ticks)
+  python3 - "$name" "$out/result" "$(awk '{print $1+$2}' "$out/time")" "$((end_ticks - start_ticks))" "$start_steal" "$end_steal" >>"$out/relay.jsonl" <<'PY'
 import json, sys
 name, path, cpu, ticks = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 result = json.loads(open(path).read().strip().splitlines()[-1])
-result.update(name=name, client_cpu_seconds=cpu, server_cpu_seconds=ticks / 100)
+(steal0, total0), (steal1, total1) = (map(int, sys.argv[5].split())), (map(int, sys.argv[6].split()))
+result.update(name=name, client_cpu_seconds=cpu, server_cpu_seconds=ticks / 100,
+              steal_share=(steal1 - steal0) / max(1, total1 - total0))
 print(json.dumps(result))
 PY
 }
@@ -157,13 +161,17 @@ for run in $(seq 1 "$runs"); do
   server=$!
   wait_for "$out/loop.out" listening
   start_ticks=$(cpu_ticks "$server")
+  start_steal=$(steal_ticks)
   taskset -c 1 "$out/loopback" client 18391 $((pairs * window)) 1 $((messages * 5)) >"$out/result"
   end_ticks=$(cpu_ticks "$server")
-  python3 - "$out/result" "$((end_ticks - start_ticks))" >>"$out/relay.jsonl" <<'PY'
+  end_steal=$(steal_ticks)
+  python3 - "$out/result" "$((end_ticks - start_ticks))" "$start_steal" "$end_steal" >>"$out/relay.jsonl" <<'PY'
 import json, sys
 result = json.loads(open(sys.argv[1]).read().strip())
+(steal0, total0), (steal1, total1) = (map(int, sys.argv[3].split())), (map(int, sys.argv[4].split()))
 print(json.dumps({"name": "loopback", "messages_per_second": result["round_trips_per_second"],
-                  "seconds": result["seconds"], "server_cpu_seconds": int(sys.argv[2]) / 100, "client_cpu_seconds": 0}))
+                  "seconds": result["seconds"], "server_cpu_seconds": int(sys.argv[2]) / 100, "client_cpu_seconds": 0,
+                  "steal_share": (steal1 - steal0) / max(1, total1 - total0)}))
 PY
   kill "$server"; wait "$server" 2>/dev/null || true
 done
@@ -178,6 +186,8 @@ def median(name, key="messages_per_second"):
 def share(name, key):
     return statistics.median(r[key] / r["seconds"] for r in rows if r["name"] == name)
 ours, peer, ceiling = median("switchboard"), median("websockets"), median("loopback")
+def each(name):
+    return ", ".join(f"{r['messages_per_second']:,.0f} ({r.get('steal_share', 0):.0%})" for r in rows if r["name"] == name)
 cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
 section = f"""## Relay: signals per second through one server core
@@ -197,6 +207,9 @@ receiver, the `ok` to the sender). The server runs on core 0, the load generator
 
 Ratio to the peer relay: **{ours / peer:.1f}×**; share of the loopback ceiling: **{ours / ceiling:.0%}**.
 Targets: ≥ 50,000 signals/s on one core and ≥ 25% of the ceiling.
+Each run, with the share of the machine's CPU time the hypervisor gave to other guests during
+it (steal): Switchboard {each('switchboard')}; the reference {each('websockets')}; the ceiling
+{each('loopback')}.
 
 The ceiling keeps as many messages in flight ({int(pairs) * int(window)}) on as many connections,
 one each, so that it pays one read and one write per message, as a relay does per frame; with
