@@ -498,13 +498,17 @@ final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a
         try await offThePool { try self.blockingHandshakeResponse() }
     }
 
-    private func blockingHandshakeResponse() throws -> String {
+    /// The response head, read on the calling thread.
+    func blockingHandshakeResponse() throws -> String {
         var timeout = timeval(tv_sec: 10 * testSlowdown, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var head: [UInt8] = []
         var byte: UInt8 = 0
         while !head.suffix(4).elementsEqual([13, 10, 13, 10]) {
-            guard read(fd, &byte, 1) == 1 else { throw Timeout(what: "the handshake response") }
+            let count = read(fd, &byte, 1)
+            guard count == 1 else {
+                throw Timeout(what: count == 0 ? "the handshake response (the server closed the connection first)" : "the handshake response")
+            }
             head.append(byte)
         }
         return String(decoding: head, as: UTF8.self)
