@@ -45,6 +45,13 @@ start_switchboard() {  # start_switchboard DATA_DIR [SERVE_ARGS...]: a fresh app
   port=$(sed -n 's/.*msg=listening .*port=\([0-9]*\).*/\1/p' "$out/serve.err" | head -1)
 }
 
+hold_idle() {  # hold_idle URL KEY SECRET HOLD_SECONDS: $idle idle connections from core 1; sets generator once they are in
+  taskset -c 1 "$bin/switchboard-bench" idle --server "$1" --api-key "$2" --api-secret "$3" \
+    --connections "$idle" --hold "$4" >"$out/idle.out" &
+  generator=$!
+  for _ in $(seq 1 1200); do grep -q '"connected"' "$out/idle.out" 2>/dev/null && break; sleep 0.1; done
+}
+
 # ---- Push: VoIP pushes per second over one HTTP/2 connection, 40 ms added latency ----
 if want push; then
 taskset -c 0 "$bin/switchboard" apns-sandbox --port 0 --admin-port 0 --accept-any-key --dir "$out/sandbox" \
@@ -275,10 +282,7 @@ stall_probe() {  # stall_probe LABEL: STALL_SECONDS (10) on each core at once
 for run in $(seq 1 "$runs"); do
   stall_probe none
   start_switchboard "$out/stalls-$run"
-  taskset -c 1 "$bin/switchboard-bench" idle --server "ws://127.0.0.1:$port" --api-key "$key" --api-secret "$secret" \
-    --connections "$idle" --hold 3600 >"$out/idle.out" &
-  generator=$!
-  for _ in $(seq 1 1200); do grep -q '"connected"' "$out/idle.out" 2>/dev/null && break; sleep 0.1; done
+  hold_idle "ws://127.0.0.1:$port" "$key" "$secret" 3600
   stall_probe idle
   kill "$generator" "$server"; wait "$generator" "$server" 2>/dev/null || true
 done
@@ -286,10 +290,8 @@ cat "$out/stalls.jsonl"
 
 latency_run() {  # latency_run NAME PID URL KEY SECRET RATE: idle connections, then the paced relay, both on core 1
   local name=$1 pid=$2 url=$3 key=$4 secret=$5 rate=$6
-  taskset -c 1 "$bin/switchboard-bench" idle --server "$url" --api-key "$key" --api-secret "$secret" \
-    --connections "$idle" --hold 3600 >"$out/idle.out" &
-  local generator=$!
-  for _ in $(seq 1 1200); do grep -q '"connected"' "$out/idle.out" 2>/dev/null && break; sleep 0.1; done
+  local generator
+  hold_idle "$url" "$key" "$secret" 3600
   local start_ticks; start_ticks=$(cpu_ticks "$pid")
   local start_steal; start_steal=$(steal_ticks)
   "${priority[@]}" taskset -c 1 "$bin/switchboard-bench" relay --server "$url" --api-key "$key" --api-secret "$secret" \
@@ -441,10 +443,8 @@ rss_kib() { awk '/^VmRSS/ {print $2}' /proc/"$1"/status; }
 idle_run() {  # idle_run NAME PID URL KEY SECRET
   local name=$1 pid=$2 url=$3 key=$4 secret=$5
   local before; before=$(rss_kib "$pid")
-  taskset -c 1 "$bin/switchboard-bench" idle --server "$url" --api-key "$key" --api-secret "$secret" \
-    --connections "$idle" --hold "$hold" >"$out/idle.out" &
-  local generator=$!
-  for _ in $(seq 1 1200); do grep -q '"connected"' "$out/idle.out" 2>/dev/null && break; sleep 0.1; done
+  local generator
+  hold_idle "$url" "$key" "$secret" "$hold"
   local connected; connected=$(rss_kib "$pid")
   local start_ticks; start_ticks=$(cpu_ticks "$pid")
   wait "$generator"
