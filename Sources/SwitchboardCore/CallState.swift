@@ -74,6 +74,40 @@ package struct CallState: Equatable {
         case missedCall
     }
 
+    /// How one push of the call is sent, decided by the call: what the owner hands APNs.
+    package struct PushDelivery: Equatable, Sendable {
+        /// How long the sender may keep trying (retries after a throttle or a lost connection).
+        package let deadline: ContinuousClock.Instant
+        /// The push is worth sending only while the call rings: a VoIP push must make the phone
+        /// ring, so one sent after the call stopped would ring a call that is over.
+        package let onlyWhileRinging: Bool
+        /// `apns-expiration`, seconds since 1970: APNs keeps an undelivered VoIP invite until
+        /// the ring expires and no longer; nil (an alert): APNs' own default.
+        package let expiresAtSeconds: Int64?
+        /// `apns-collapse-id`: a call's alerts replace each other on the lock screen (the
+        /// missed-call notice replaces the invite's alert).
+        package let collapseID: String?
+
+        package init(deadline: ContinuousClock.Instant, onlyWhileRinging: Bool, expiresAtSeconds: Int64?, collapseID: String?) {
+            self.deadline = deadline
+            self.onlyWhileRinging = onlyWhileRinging
+            self.expiresAtSeconds = expiresAtSeconds
+            self.collapseID = collapseID
+        }
+    }
+
+    /// What APNs said of one push of an invite.
+    package enum PushOutcome: Equatable, Sendable {
+        /// APNs took it: the device will be woken.
+        case accepted
+        /// APNs answered with an error (a dead token, a wrong topic, a final throttle): this
+        /// device will not ring.
+        case refused
+        /// No answer (the connection failed, the deadline passed, no credentials): nobody
+        /// knows, so the device keeps its place in the ringing.
+        case unanswered
+    }
+
     /// What the owner of the call must do, in order.
     package enum Effect: Equatable {
         /// Send `event` to every device of `identity` (except one).
@@ -126,12 +160,14 @@ package struct CallState: Equatable {
     package private(set) var endedBy: String?
     package private(set) var endReason: String?
 
-    /// A call from `caller` to `callees`. A callee in `busy` is busy; one with neither a
+    /// A call from `caller` to `callees`. A callee already in an answered call (`inCall`) is
+    /// busy unless the caller asked to ring anyway (`busyPolicy`); one with neither a
     /// connection (`connected`) nor a phone that takes a push (`phones`) is unreachable; the
     /// others ring.
     package init(
-        id: String, appID: String, caller: String, callerDevice: DeviceKey?, callees: [String], busy: Set<String>,
-        connected: Set<String>, phones: [String: [PhoneDevice]], now: ContinuousClock.Instant, nowMillis: Int64, ringTimeout: Duration
+        id: String, appID: String, caller: String, callerDevice: DeviceKey?, callees: [String], inCall: Set<String> = [],
+        busyPolicy: BusyPolicy = .reject, connected: Set<String>, phones: [String: [PhoneDevice]], now: ContinuousClock.Instant,
+        nowMillis: Int64, ringTimeout: Duration
     ) {
         self.id = id
         self.appID = appID
@@ -146,7 +182,8 @@ package struct CallState: Equatable {
         var status: [String: CalleeStatus] = [:]
         for callee in callees {
             let reachable = connected.contains(callee) || !(self.phones[callee] ?? []).isEmpty
-            status[callee] = busy.contains(callee) ? .busy : reachable ? .ringing : .unreachable
+            let busy = busyPolicy == .reject && inCall.contains(callee)
+            status[callee] = busy ? .busy : reachable ? .ringing : .unreachable
         }
         self.status = status
     }
@@ -184,6 +221,31 @@ package struct CallState: Equatable {
     /// The missed-call notices of `callee`: one alert to each of its phones that takes one.
     private func missedCallNotices(_ callee: String) -> [Effect] {
         (phones[callee] ?? []).filter(\.alert).map { .push(.missedCall, callee: callee, device: $0.id) }
+    }
+
+    /// How `push` is sent now: a VoIP invite is tried until the ring expires and only while
+    /// the call rings; an alert (an invite without CallKit, a missed-call notice) for 30 s.
+    package func delivery(of push: Push, now: ContinuousClock.Instant) -> PushDelivery {
+        switch push {
+        case .voipInvite:
+            PushDelivery(deadline: ringExpiresAt, onlyWhileRinging: true, expiresAtSeconds: ringExpiresAtMillis / 1000, collapseID: nil)
+        case .alertInvite, .missedCall:
+            PushDelivery(deadline: now + .seconds(30), onlyWhileRinging: false, expiresAtSeconds: nil, collapseID: id)
+        }
+    }
+
+    /// What APNs said of an invite's push to `device` of `callee`: accepted, the callee was
+    /// reached; refused, that device is out of the ringing (`deviceOut`); unanswered, nothing
+    /// changes. A missed-call notice's answer changes nothing either.
+    package mutating func pushAnswered(
+        _ push: Push, callee: String, device: DeviceKey, outcome: PushOutcome, nowMillis: Int64
+    ) -> [Effect] {
+        guard push != .missedCall else { return [] }
+        switch outcome {
+        case .accepted: return reached(callee: callee)
+        case .refused: return (try? deviceOut(callee, device: device, nowMillis: nowMillis)) ?? []
+        case .unanswered: return []
+        }
     }
 
     /// A callee's device was reached (WebSocket delivery, APNs accepted the push, or the device

@@ -67,23 +67,21 @@ public final class ProviderTokenCache: Sendable {
 
     /// The token to use now: the cached one, or a new one when it is too old.
     public func token() throws -> Token {
-        let now = clock()
-        let (token, minted) = try current.withLock { token -> (Token, Bool) in
-            if let token, now.timeIntervalSince(token.issuedAt) < refreshInterval.seconds { return (token, false) }
-            let fresh = try mint(at: now)
-            token = fresh
-            return (fresh, true)
-        }
-        if minted { onMint?(token) }
-        return token
+        try reuse { token, now in now.timeIntervalSince(token.issuedAt) < refreshInterval.seconds }
     }
 
     /// Apple answered `ExpiredProviderToken` for `stale`: replace it, unless another request has
     /// already done so. Returns the token to retry with.
     public func replace(_ stale: Token) throws -> Token {
+        try reuse { token, _ in token != stale }
+    }
+
+    /// The cached token if `usable` says so, else a new one minted under the same lock (so
+    /// requests racing for a new token mint one), then handed to `onMint`.
+    private func reuse(if usable: (Token, Date) -> Bool) throws -> Token {
         let now = clock()
         let (token, minted) = try current.withLock { token -> (Token, Bool) in
-            if let token, token != stale { return (token, false) }
+            if let token, usable(token, now) { return (token, false) }
             let fresh = try mint(at: now)
             token = fresh
             return (fresh, true)

@@ -543,26 +543,27 @@ func benchStore(_ arguments: [String]) throws {
         fail("--data-dir or --store-url is required")
     }
     defer { store.close() }
-    let insert = "INSERT INTO call_trace (call_id, user_id, device_id, channel, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"
     let detail = #"{"apns_status":200,"apns_id":"a3c8e4f0-1b2d-4c5e-8f90-123456789abc"}"#
-    func entry(_ index: Int) -> [SQLValue] {
-        [.text("c\(index / 4)"), .text("callee-\(index % 500)"), .text("phone"), .text("voip_push"), .text("apns_accepted"),
-         .integer(1_800_000_000_000 + Int64(index)), .text(detail)]
+    /// A trace entry as the server writes one for a push APNs accepted.
+    func entry(_ index: Int) -> SQLStatement {
+        Store.traceEntry(
+            callID: "c\(index / 4)", user: "callee-\(index % 500)", device: "phone", channel: "voip_push", event: "apns_accepted",
+            atMillis: 1_800_000_000_000 + Int64(index), detail: detail)
     }
     let started = ContinuousClock.now
     var written = 0
     while (ContinuousClock.now - started).seconds < seconds {
         if single {
-            let values = entry(written)
-            _ = try store.write { database in try database.query(insert, values) }
+            let statement = entry(written)
+            _ = try store.write { database in try database.query(statement.sql, statement.parameters) }
             written += 1
         } else {
             for index in written..<(written + 1_000) {
-                let values = entry(index)
+                let statement = entry(index)
                 if asCode {
-                    store.enqueue("bench") { database in try database.query(insert, values) }
+                    store.enqueue("bench") { database in try database.query(statement.sql, statement.parameters) }
                 } else {
-                    store.enqueue("bench", statements: [SQLStatement(insert, values)])
+                    store.enqueue("bench", statements: [statement])
                 }
             }
             store.flush()

@@ -10,7 +10,7 @@
 import Foundation
 
 #if FUZZING
-import CShims
+internal import CShims
 
 let selectedTarget: @Sendable ([UInt8]) -> Void = {
     let name = ProcessInfo.processInfo.environment["SWITCHBOARD_FUZZ_TARGET"] ?? ""

@@ -9,11 +9,11 @@ import SwitchboardCore
 
     /// A call from alice's a-phone; every callee is connected unless `unreachable` says not.
     func call(
-        _ callees: [String] = ["bob"], busy: Set<String> = [], unreachable: Set<String> = [],
+        _ callees: [String] = ["bob"], inCall: Set<String> = [], busyPolicy: BusyPolicy = .reject, unreachable: Set<String> = [],
         phones: [String: [CallState.PhoneDevice]] = [:]
     ) -> CallState {
         CallState(
-            id: "c1", appID: "app", caller: "alice", callerDevice: "a-phone", callees: callees, busy: busy,
+            id: "c1", appID: "app", caller: "alice", callerDevice: "a-phone", callees: callees, inCall: inCall, busyPolicy: busyPolicy,
             connected: Set(callees).subtracting(unreachable), phones: phones, now: t0, nowMillis: 1000, ringTimeout: .seconds(45))
     }
 
@@ -58,6 +58,8 @@ import SwitchboardCore
         /// A device of a callee filtered the call (or APNs refused its token).
         case out(String, String)
         case hold(String, Bool)
+        /// APNs answered the invite's push to a device of a callee.
+        case pushed(String, String, CallState.PushOutcome)
     }
 
     func run(_ state: inout CallState, _ step: Step) throws -> [CallState.Effect] {
@@ -73,6 +75,8 @@ import SwitchboardCore
             return []
         case .out(let who, let device): return try state.deviceOut(who, device: device, nowMillis: 2500)
         case .hold(let who, let held): return try state.hold(by: who, onHold: held)
+        case .pushed(let who, let device, let outcome):
+            return state.pushAnswered(.voipInvite, callee: who, device: device, outcome: outcome, nowMillis: 2500)
         }
     }
 
@@ -90,6 +94,8 @@ import SwitchboardCore
         ("every device filtered: unavailable at once", ["bob"], [.rang("bob", ["b-phone", "b-ipad"]), .out("bob", "b-phone"), .out("bob", "b-ipad")], .missed, .noAnswer, ["bob": .missed]),
         ("one device filtered, another answers", ["bob"], [.rang("bob", ["b-phone", "b-web"]), .out("bob", "b-phone"), .answer("bob", "b-web"), .end("alice", "a-phone")], .completed, .completed, ["bob": .completed]),
         ("group: one unavailable, one declines", ["bob", "carol"], [.rang("bob", ["b-phone"]), .rang("carol", ["c-phone"]), .out("bob", "b-phone"), .decline("carol", "c-phone")], .declined, .declined, ["bob": .missed, "carol": .declined]),
+        ("APNs refuses the only phone: unavailable at once", ["bob"], [.pushed("bob", "b-phone", .refused)], .missed, .noAnswer, ["bob": .missed]),
+        ("a push unanswered keeps the phone ringing", ["bob"], [.pushed("bob", "b-phone", .unanswered), .pushed("bob", "b-phone", .accepted), .answer("bob", "b-phone"), .end("bob", "b-phone")], .completed, .completed, ["bob": .completed]),
         ("held and resumed, then hung up", ["bob"], [.answer("bob", "b-phone"), .hold("bob", true), .hold("alice", true), .hold("bob", false), .end("bob", "b-phone")], .completed, .completed, ["bob": .completed]),
     ]
 
@@ -128,7 +134,7 @@ import SwitchboardCore
             "erin": [CallState.PhoneDevice(id: "e-phone", voip: true, alert: true)],
         ]
         var state = CallState(
-            id: "c1", appID: "app", caller: "alice", callerDevice: "a-phone", callees: ["bob", "carol", "dave", "erin"], busy: ["erin"],
+            id: "c1", appID: "app", caller: "alice", callerDevice: "a-phone", callees: ["bob", "carol", "dave", "erin"], inCall: ["erin"],
             connected: ["bob"], phones: phones, now: t0, nowMillis: 1000, ringTimeout: .seconds(30))
         let effects = state.start(nowMillis: 1000)
         #expect(effects == [
@@ -207,16 +213,62 @@ import SwitchboardCore
     }
 
     @Test func busyAndUnreachableCalleesEndTheCallAtOnce() {
-        var busy = call(busy: ["bob"])
+        var busy = call(inCall: ["bob"])
         let effects = busy.start(nowMillis: 1000)
         #expect(busy.outcome == .busy)
         #expect(types(effects, to: "alice") == ["call.busy", "call.ended"])
         var nobody = call(unreachable: ["bob"])
         _ = nobody.start(nowMillis: 1000)
         #expect(nobody.outcome == .failed)
-        var partly = call(["bob", "carol"], busy: ["bob"])
+        var partly = call(["bob", "carol"], inCall: ["bob"])
         _ = partly.start(nowMillis: 1000)
         #expect(partly.isRinging, "carol still rings")
+    }
+
+    /// Call waiting: a callee already in a call rings anyway when the caller asks for it, and
+    /// is busy otherwise.
+    @Test func aCalleeInAnotherCallRingsOnlyUnderTheRingPolicy() {
+        var waiting = call(inCall: ["bob"], busyPolicy: .ring)
+        let effects = waiting.start(nowMillis: 1000)
+        #expect(waiting.isRinging)
+        #expect(effects.contains(.ringConnections(callee: "bob")))
+        #expect(types(effects, to: "alice").isEmpty)
+        var rejected = call(["bob", "carol"], inCall: ["bob"], busyPolicy: .reject)
+        _ = rejected.start(nowMillis: 1000)
+        #expect(rejected.status == ["bob": .busy, "carol": .ringing])
+    }
+
+    /// How each push goes out, as the call decides: a VoIP invite only while it rings, tried
+    /// and kept by APNs until the ring expires; alerts for 30 s, collapsing on the call's id.
+    @Test func eachPushIsSentTheWayTheCallDecides() {
+        let state = call()
+        let now = t0 + .seconds(3)
+        #expect(
+            state.delivery(of: .voipInvite, now: now)
+                == CallState.PushDelivery(deadline: t0 + .seconds(45), onlyWhileRinging: true, expiresAtSeconds: 46, collapseID: nil))
+        for push in [CallState.Push.alertInvite, .missedCall] {
+            #expect(
+                state.delivery(of: push, now: now)
+                    == CallState.PushDelivery(deadline: now + .seconds(30), onlyWhileRinging: false, expiresAtSeconds: nil, collapseID: "c1"))
+        }
+    }
+
+    /// What an answer from APNs does, by push and outcome: only an invite's answer counts; an
+    /// accepted one tells the caller the call rings (once), a refused one takes that device out.
+    @Test func apnsAnswersMoveOnlyInvites() {
+        var state = call(["bob"], unreachable: ["bob"], phones: ["bob": [Self.iPhone("bob"), CallState.PhoneDevice(id: "b-ipad", voip: true, alert: false)]])
+        _ = state.start(nowMillis: 1000)
+        func answered(_ push: CallState.Push, _ device: String, _ outcome: CallState.PushOutcome) -> [CallState.Effect] {
+            state.pushAnswered(push, callee: "bob", device: device, outcome: outcome, nowMillis: 1500)
+        }
+        #expect(answered(.missedCall, "b-phone", .refused).isEmpty)
+        #expect(answered(.voipInvite, "b-phone", .unanswered).isEmpty)
+        #expect(types(answered(.voipInvite, "b-phone", .accepted), to: "alice") == ["call.ringing"])
+        #expect(answered(.alertInvite, "b-phone", .accepted).isEmpty, "the caller heard it once")
+        #expect(answered(.voipInvite, "b-phone", .refused).isEmpty, "the iPad still rings")
+        let last = state.pushAnswered(.voipInvite, callee: "bob", device: "b-ipad", outcome: .refused, nowMillis: 1700)
+        #expect(types(last, to: "alice") == ["call.unavailable", "call.ended"])
+        #expect(state.outcome == .missed)
     }
 
     /// Who the call's room admits after each history: (what happened, identity, device, admitted).
@@ -248,7 +300,7 @@ import SwitchboardCore
 
     @Test func aSideTakenWithoutADeviceGoesToTheFirstDeviceThatJoins() throws {
         var state = CallState(
-            id: "c1", appID: "app", caller: "alice", callerDevice: nil, callees: ["bob"], busy: [], connected: ["bob"], phones: [:], now: t0,
+            id: "c1", appID: "app", caller: "alice", callerDevice: nil, callees: ["bob"], connected: ["bob"], phones: [:], now: t0,
             nowMillis: 1000, ringTimeout: .seconds(45))
         _ = try state.answer(by: "bob", device: nil, nowMillis: 2000)
         let admitted = [("alice", "a-ipad"), ("alice", "a-phone"), ("bob", "b-phone"), ("bob", "b-ipad"), ("bob", "b-phone")].map {

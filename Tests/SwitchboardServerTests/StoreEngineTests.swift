@@ -67,7 +67,7 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
 
     func call(_ id: String, createdAt: Int64 = 1_800_000_000_123) -> CallState {
         CallState(
-            id: id, appID: Self.app.id, caller: "alice", callerDevice: "a", callees: ["bob"], busy: [], connected: ["bob"], phones: [:],
+            id: id, appID: Self.app.id, caller: "alice", callerDevice: "a", callees: ["bob"], connected: ["bob"], phones: [:],
             now: .now, nowMillis: createdAt, ringTimeout: .seconds(45))
     }
 
@@ -467,7 +467,7 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
             for index in 0..<calls {
                 var state = CallState(
                     id: "call-\(index)", appID: Self.app.id, caller: "u\(index % 40)", callerDevice: "phone", callees: ["u\((index + 1) % 40)"],
-                    busy: [], connected: ["u\((index + 1) % 40)"], phones: [:], now: .now, nowMillis: 1_800_000_000_000 + Int64(index) * 1_000,
+                    connected: ["u\((index + 1) % 40)"], phones: [:], now: .now, nowMillis: 1_800_000_000_000 + Int64(index) * 1_000,
                     ringTimeout: .seconds(45))
                 store.saveCall(state, idempotencyKey: index % 10 == 0 ? "key-\(index)" : nil)
                 if index % 3 == 0 {

@@ -6,67 +6,6 @@ import SwitchboardSupport
 import SwitchboardCore
 import SwitchboardPush
 
-/// A call the hub is running.
-final class ActiveCall {
-    var state: CallState
-    let request: CallCreateRequest
-    let media: CallMedia
-    let callerName: String
-    let handle: String
-    /// The app's bundle id: its pushes' topic unless a device names its own.
-    let topic: String
-    /// Each callee's devices when the call started: where its pushes go.
-    let devices: [String: [Device]]
-    var ringTimer: TimerID?
-    /// Read by the call's push tasks (no retry once it stops ringing); set on the loop.
-    let ringing = RingFlag()
-
-    init(
-        state: CallState, request: CallCreateRequest, media: CallMedia, callerName: String, handle: String, topic: String,
-        devices: [String: [Device]]
-    ) {
-        self.state = state
-        self.request = request
-        self.media = media
-        self.callerName = callerName
-        self.handle = handle
-        self.topic = topic
-        self.devices = devices
-    }
-
-    var video: Bool { request.video ?? false }
-}
-
-/// Times the server's share of starting one call: from the invite arriving to every push
-/// handed to the APNs connection and the call's record written, whichever comes last.
-/// Each part `begin()`s before it starts and calls `end()` when done; the creator holds one
-/// part while it sets the call up.
-final class CallSetupClock: Sendable {
-    private let started = ContinuousClock.now
-    private let parts = Atomic<Int>(1)
-    private let metrics: Metrics
-
-    init(metrics: Metrics) { self.metrics = metrics }
-
-    func begin() { parts.add(1, ordering: .relaxed) }
-
-    func end() {
-        guard parts.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 else { return }
-        let elapsed = ContinuousClock.now - started
-        metrics.observeRecent(
-            "switchboard_call_setup_seconds",
-            seconds: elapsed.seconds)
-    }
-}
-
-/// Whether one call still rings, for its push tasks on other threads: an atomic flag each
-/// call owns (no lock shared between the loop and the pushes). Set once, on the loop.
-final class RingFlag: Sendable {
-    private let stopped = Atomic<Bool>(false)
-    var isRinging: Bool { !stopped.load(ordering: .acquiring) }
-    func stop() { stopped.store(true, ordering: .releasing) }
-}
-
 extension Hub {
     // MARK: Creating a call
 
@@ -138,7 +77,6 @@ extension Hub {
         _ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?, callees: [String], timeout: Int,
         idempotency: String?, needs: CallPrerequisites, setup: CallSetupClock
     ) throws(ErrorBody) -> JSONValue {
-        let limits = configuration.limits
         // The same key again (a request that raced this one may have made the call meanwhile).
         if let idempotency, let existing = callIdempotency[idempotency], let call = calls[existing] { return describe(call) }
         if let earlier = needs.earlier { return earlier }
@@ -149,24 +87,15 @@ extension Hub {
             throw ErrorBody(.forbidden, "\(callee) does not accept calls from you")
         }
         let now = self.now
-        func allowed(_ key: String, _ limit: Int) -> Bool {
-            let recent = (inviteLog[key] ?? []).filter { now - $0 < .seconds(60) }
-            inviteLog[key] = recent.isEmpty ? nil : recent
-            return recent.count < limit
-        }
         pruneCallBookkeeping(now: now)
-        let callerKey = "caller\u{0}" + Self.userKey(app.id, caller.sub)
-        guard allowed(callerKey, limits.invitesPerMinute),
-            callees.allSatisfy({ allowed(callerKey + "\u{0}" + $0, limits.invitesPerPairPerMinute) })
-        else {
+        guard invites.admit(caller: Self.userKey(app.id, caller.sub), callees: callees, now: now) else {
             metrics.increment("switchboard_calls_refused_total", ["reason": "rate_limited"])
             throw ErrorBody(.rateLimited, "too many calls; try again in a minute")
         }
-        inviteLog[callerKey, default: []].append(now)
-        for callee in callees { inviteLog[callerKey + "\u{0}" + callee, default: []].append(now) }
 
-        // Busy: already in an answered call. Who else rings, and how, the call decides.
-        let busy = Set(callees.filter { (request.busyPolicy ?? .reject) == .reject && isInCall($0, appID: app.id) })
+        // Who is in another call, and who has a connection: the call decides who is busy,
+        // who rings and how.
+        let inCall = Set(callees.filter { isInCall($0, appID: app.id) })
         let connected = Set(callees.filter { !sessions.sessions(ofUser: Self.userKey(app.id, $0)).isEmpty })
 
         let id = RandomID.uuid().uuidString.lowercased()
@@ -177,7 +106,8 @@ extension Hub {
             media = .room("call-" + id)
         }
         let state = CallState(
-            id: id, appID: app.id, caller: caller.sub, callerDevice: device, callees: callees, busy: busy, connected: connected,
+            id: id, appID: app.id, caller: caller.sub, callerDevice: device, callees: callees, inCall: inCall,
+            busyPolicy: request.busyPolicy ?? .reject, connected: connected,
             phones: needs.devices.mapValues { $0.compactMap(Self.phone) }, now: now, nowMillis: wallMillis, ringTimeout: .seconds(timeout))
         let call = ActiveCall(
             state: state, request: request, media: media,
@@ -220,15 +150,11 @@ extension Hub {
         return (callees, timeout)
     }
 
-    /// Forgets invite counts older than a minute and idempotency keys of calls that ended long
-    /// ago, so the maps stay bounded (at most every ten seconds).
+    /// Forgets idempotency keys of calls that ended long ago, so the map stays bounded (at
+    /// most every ten seconds).
     func pruneCallBookkeeping(now: ContinuousClock.Instant) {
         guard now - lastPrune > .seconds(10) else { return }
         lastPrune = now
-        inviteLog = inviteLog.compactMapValues { times in
-            let recent = times.filter { now - $0 < .seconds(60) }
-            return recent.isEmpty ? nil : recent
-        }
         if callIdempotency.count > 10_000 {
             callIdempotency = callIdempotency.filter { calls[$0.value] != nil }
         }
@@ -259,141 +185,6 @@ extension Hub {
             } else if answeredCallsByUser[key]?.remove(state.id) != nil, answeredCallsByUser[key]?.isEmpty == true {
                 answeredCallsByUser.removeValue(forKey: key)
             }
-        }
-    }
-
-    // MARK: Ringing
-
-    /// The invite, as the callee's devices get it (event and VoIP payload alike).
-    func invitation(_ call: ActiveCall) -> [String: JSONValue] {
-        let state = call.state
-        var invite: [String: JSONValue] = [
-            "call_id": .string(state.id),
-            "caller": ["identity": .string(state.caller), "name": .string(call.callerName), "handle": .string(call.handle)],
-            "callees": .array(state.callees.map(JSONValue.string)), "video": .bool(call.video),
-            "created_at": .int(state.createdAtMillis), "ring_expires_at": .int(state.ringExpiresAtMillis),
-            "media": call.media.json,
-        ]
-        if let metadata = call.request.metadata { invite["metadata"] = metadata }
-        return invite
-    }
-
-    /// Delivers the invite to every connection of `callee`: each is traced, and a live one has
-    /// reached the callee.
-    func ringConnections(_ callee: String, call: ActiveCall) {
-        let state = call.state
-        let incoming = OutgoingEvent(type: CallEvent.Kind.incoming.rawValue, data: .value(.object(invitation(call))))
-        let receipts = delivery.deliver(incoming, toUser: callee, appID: state.appID, except: nil)
-        call.state.rang(callee, devices: Set(receipts.map(\.device)))
-        let nowMillis = wallMillis
-        for receipt in receipts {
-            store.trace(
-                callID: state.id, user: callee, device: receipt.device, channel: "websocket",
-                event: receipt.attached ? "delivered" : "queued_for_resume", atMillis: nowMillis)
-            if receipt.attached { perform(call, call.state.reached(callee: callee)) }
-        }
-    }
-
-    /// What a push of a call carries: the invite with the keys PushKit apps read, or an alert.
-    func payload(_ push: CallState.Push, _ call: ActiveCall) -> JSONValue {
-        let state = call.state
-        let caller: JSONValue = ["identity": .string(state.caller), "name": .string(call.callerName), "handle": .string(call.handle)]
-        switch push {
-        case .voipInvite:
-            return voipPayload(call, invite: invitation(call))
-        case .alertInvite:
-            return [
-                "aps": ["alert": ["title": "Incoming call", "body": .string(call.callerName)], "sound": "default"],
-                "call_id": .string(state.id), "caller": caller, "video": .bool(call.video),
-                "ring_expires_at": .int(state.ringExpiresAtMillis),
-            ]
-        case .missedCall:
-            return [
-                "aps": ["alert": ["title": "Missed call", "body": .string(call.callerName)], "sound": "default"],
-                "call_id": .string(state.id), "missed": true,
-            ]
-        }
-    }
-
-    /// The VoIP payload: the invite plus the keys apps written like the seeds read (`UUID`,
-    /// `handle`, `hasVideo`), kept under APNs' 5120 bytes by shortening display fields.
-    func voipPayload(_ call: ActiveCall, invite: [String: JSONValue]) -> JSONValue {
-        var payload = invite
-        payload["UUID"] = .string(call.state.id.uppercased())
-        payload["handle"] = .string(call.handle)
-        payload["hasVideo"] = .bool(call.video)
-        func size(_ value: [String: JSONValue]) -> Int { JSONText.serialize(.object(value)).count }
-        if size(payload) > 5000 { payload.removeValue(forKey: "metadata") }
-        if size(payload) > 5000 { payload["media"] = ["type": .string({ if case .room = call.media { "room" } else { "external" } }())] }
-        if size(payload) > 5000 {
-            payload["caller"] = [
-                "identity": .string(String(call.state.caller.prefix(64))), "name": .string(String(call.callerName.prefix(64))),
-                "handle": .string(String(call.handle.prefix(64))),
-            ]
-            payload["handle"] = .string(String(call.handle.prefix(64)))
-            payload["callees"] = .array(call.state.callees.prefix(8).map { .string(String($0.prefix(64))) })
-        }
-        return .object(payload)
-    }
-
-    /// Sends one push of a call to `device` and records its fate in the trace.
-    func sendPush(_ push: CallState.Push, to device: Device, callee: String, call: ActiveCall, setup: CallSetupClock? = nil) {
-        let type: PushType = push == .voipInvite ? .voip : .alert
-        guard let token = type == .voip ? device.voipToken : device.apnsToken else { return }
-        let state = call.state
-        let bytes = JSONText.serialize(payload(push, call))
-        let notification = PushNotification(
-            deviceToken: token, type: type, topic: device.bundleID ?? call.topic, payload: bytes,
-            expiration: type == .voip ? state.ringExpiresAtMillis / 1000 : nil, collapseID: type == .alert ? state.id : nil)
-        let callID = state.id
-        let channel = type == .voip ? "voip_push" : "alert_push"
-        store.trace(callID: callID, user: callee, device: device.deviceID, channel: channel, event: "push_sent", atMillis: wallMillis)
-        let ringing = call.ringing
-        let deadline = type == .voip ? state.ringExpiresAt : now + .seconds(30)
-        let scheduler = self.scheduler
-        var stillWanted: @Sendable () -> Bool = { true }
-        if type == .voip { stillWanted = { ringing.isRinging } }
-        setup?.begin()
-        var submitted: (@Sendable () -> Void)?
-        if let setup { submitted = { setup.end() } }
-        let deviceID = device.deviceID
-        let invite = push != .missedCall
-        self.push.dispatch(
-            notification, appID: state.appID, environment: device.environment, deadline: deadline, stillWanted: stillWanted,
-            onSubmitted: submitted
-        ) { [weak self] result in
-            scheduler?.execute { [weak self] in
-                self?.pushAnswered(result, callID: callID, callee: callee, device: deviceID, channel: channel, invite: invite)
-            }
-        }
-    }
-
-    /// What APNs said of a push: traced; an accepted invite has reached a device; one APNs
-    /// refused (a dead token, a wrong topic) cannot ring that device.
-    private func pushAnswered(_ result: PushResult, callID: String, callee: String, device: String, channel: String, invite: Bool) {
-        store.trace(
-            callID: callID, user: callee, device: device, channel: channel, event: result.accepted ? "apns_accepted" : "apns_refused",
-            atMillis: wallMillis,
-            detail: [
-                "apns_status": .int(Int64(result.status)), "apns_id": .string(result.apnsID),
-                "reason": result.failure.map { .string($0.apnsReason) } ?? .null, "attempts": .int(Int64(result.attempts)),
-            ])
-        guard invite, let call = calls[callID] else { return }
-        if result.accepted {
-            perform(call, call.state.reached(callee: callee))
-        } else if result.status >= 400, let effects = try? call.state.deviceOut(callee, device: device, nowMillis: wallMillis) {
-            perform(call, effects)
-        }
-    }
-
-    /// A device that comes online gets the calls ringing for its user.
-    func offerRingingCalls(to session: Session) {
-        for call in calls.values where call.state.appID == session.app.id && call.state.ringingCallees.contains(session.identity) {
-            call.state.rang(session.identity, devices: [session.deviceKey])
-            sendEvent(CallEvent.Kind.incoming.rawValue, .object(invitation(call)), to: session)
-            store.trace(
-                callID: call.state.id, user: session.identity, device: session.deviceKey, channel: "websocket",
-                event: "delivered_on_connect", atMillis: wallMillis)
         }
     }
 
@@ -552,78 +343,5 @@ extension Hub {
         }
         metrics.increment("switchboard_calls_ended_total", ["outcome": state.outcome?.rawValue ?? "unknown"])
         logger.info("call ended", ["call": state.id, "outcome": state.outcome?.rawValue ?? "", "reason": state.endReason ?? ""])
-    }
-
-    /// The call as its participants see it.
-    func describe(_ call: ActiveCall) -> JSONValue {
-        var summary = call.state.summary.objectValue ?? [:]
-        summary["media"] = call.media.json
-        summary["video"] = .bool(call.video)
-        return .object(summary)
-    }
-
-    /// `GET /v1/calls`: a page of `identity`'s calls, newest first, created before `before`:
-    /// its live calls (ringing or answered; `state` says which, `outcome` is null) among its
-    /// history of ended ones. `more`: an older page may follow.
-    func callHistory(
-        app: App, identity: String, limit: Int, before: Int64?, answer: @escaping (Result<(entries: [JSONValue], more: Bool), any Error>) -> Void
-    ) {
-        let cutoff = before ?? .max
-        let nowMillis = wallMillis
-        // The live calls as they are now; the store read below is queued after every write
-        // made so far, so a call that ended before this request is in it.
-        let live = (liveCallsByUser[Self.userKey(app.id, identity)] ?? []).compactMap { calls[$0] }
-            .filter { $0.state.createdAtMillis < cutoff }
-            .map { call -> (Int64, JSONValue) in (call.state.createdAtMillis, liveHistoryEntry(call, for: identity, nowMillis: nowMillis)) }
-        let appID = app.id
-        withStore({ try $0.history(appID: appID, userID: identity, limit: limit, before: before) }) { result in
-            answer(
-                result.map { stored in
-                    // A call that ended while the read waited is in both: its ended entry wins.
-                    let ended = Set(stored.compactMap { $0["call_id"]?.stringValue })
-                    let merged = (live.filter { !ended.contains($0.1["call_id"]?.stringValue ?? "") }
-                        + stored.map { ($0["created_at"]?.intValue ?? 0, $0) }).sorted { $0.0 > $1.0 }
-                    return (merged.prefix(limit).map(\.1), stored.count == limit || merged.count > limit)
-                })
-        }
-    }
-
-    /// A live call as `identity`'s history shows it.
-    private func liveHistoryEntry(_ call: ActiveCall, for identity: String, nowMillis: Int64) -> JSONValue {
-        let state = call.state
-        return [
-            "call_id": .string(state.id), "state": .string(state.isRinging ? "ringing" : "accepted"),
-            "direction": .string(identity == state.caller ? "outgoing" : "incoming"),
-            "peers": .array(state.peers(of: identity).map(JSONValue.string)), "video": .bool(call.video),
-            "created_at": .int(state.createdAtMillis), "answered_at": state.answeredAtMillis.map(JSONValue.int) ?? .null,
-            "ended_at": .null, "duration_ms": .int(state.answeredAtMillis.map { max(0, nowMillis - $0) } ?? 0),
-            "outcome": .null, "end_reason": .null, "ended_by": .null,
-        ]
-    }
-
-    /// `GET /v1/calls/{id}` for a participant: a live call as it is now, an ended one as the
-    /// store has it once every write queued before this request is done.
-    func callSummary(id: String, identity: String, app: App, admin: Bool, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
-        if let call = calls[id], call.state.appID == app.id {
-            guard admin || call.state.caller == identity || call.state.callees.contains(identity) else {
-                return answer(.failure(CallError.notParticipant.body))
-            }
-            return answer(.success(describe(call)))
-        }
-        let appID = app.id
-        withStore({ try $0.callSummary(id: id, appID: appID) }) { [logger] result in
-            switch result {
-            case .success(let stored?):
-                guard admin || stored.caller == identity || stored.callees.contains(identity) else {
-                    return answer(.failure(CallError.notParticipant.body))
-                }
-                answer(.success(stored.summary))
-            case .success(nil):
-                answer(.failure(CallError.notFound.body))
-            case .failure(let error):
-                logger.error("call read failed", ["call": id, "error": "\(error)"])
-                answer(.failure(.storeRead(error, reading: "the call")))
-            }
-        }
     }
 }

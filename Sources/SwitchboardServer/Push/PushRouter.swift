@@ -69,7 +69,7 @@ final class PushRouter: PushDispatching {
         _ notification: PushNotification, appID: String, environment: APNsEnvironment, deadline: ContinuousClock.Instant,
         stillWanted: @escaping @Sendable () -> Bool = { true }, onSubmitted: (@Sendable () -> Void)? = nil
     ) async -> PushResult {
-        guard let service = service(appID: appID, environment: environment) else {
+        guard let service = await service(appID: appID, environment: environment) else {
             metrics.increment("switchboard_apns_config_alarms_total", ["reason": "NotConfigured"])
             logger.error("no APNs key for the app: set one with `switchboard app push-key`", ["app": appID])
             return PushResult(apnsID: "", status: 0, failure: .notConfigured, attempts: 0, latency: .zero)
@@ -77,26 +77,31 @@ final class PushRouter: PushDispatching {
         return await service.send(notification, deadline: deadline, stillWanted: stillWanted, onSubmitted: onSubmitted)
     }
 
-    private func service(appID: String, environment: APNsEnvironment) -> PushService? {
+    /// The client for an app and environment, made at its first push from the app's push
+    /// settings (read on the store's threads, not this task's).
+    private func service(appID: String, environment: APNsEnvironment) async -> PushService? {
         let key = appID + "|" + environment.rawValue
         if let existing = services.withLock({ $0[key] }) { return existing }
-        guard let settings = try? store.pushSettings(appID: appID) else { return nil }
+        let store = store
+        let read: Result<(AppPushSettings, String?)?, any Error> = await withCheckedContinuation { done in
+            store.perform({ store in
+                guard let settings = try store.pushSettings(appID: appID) else { return nil }
+                guard case .key(_, let keyID, let teamID) = settings else { return (settings, nil) }
+                return (settings, try store.providerToken(keyID: keyID, teamID: teamID))
+            }) { done.resume(returning: $0) }
+        }
+        guard case .success(let (settings, savedToken)?) = read else { return nil }
         let credentials: APNsCredentials
         switch settings {
         case .key(let pem, let keyID, let teamID):
             guard let signingKey = try? ECPrivateKey(pem: pem) else { return nil }
             // Apple throttles a key whose token changes more often than every 20 minutes: the
-            // token in use is kept in the store, and a restarted server carries on with it.
-            let store = store
-            let logger = logger
+            // token in use is kept in the store (a queued write: nobody waits for it), and a
+            // restarted server carries on with it.
             let cache = ProviderTokenCache(key: signingKey, keyID: keyID, teamID: teamID, onMint: { token in
-                do {
-                    try store.setProviderToken(token.jwt, issuedAt: token.issuedAt, keyID: keyID, teamID: teamID)
-                } catch {
-                    logger.warning("could not keep the provider token; a restart will mint a new one", ["error": "\(error)"])
-                }
+                store.saveProviderToken(token.jwt, issuedAt: token.issuedAt, keyID: keyID, teamID: teamID)
             })
-            if let saved = try? store.providerToken(keyID: keyID, teamID: teamID) { _ = cache.adopt(saved) }
+            if let savedToken { _ = cache.adopt(savedToken) }
             credentials = .token(cache)
         case .certificate(let pem, let password):
             guard let path = try? writeCredential(pem, appID: appID) else { return nil }

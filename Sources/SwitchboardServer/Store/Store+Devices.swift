@@ -156,6 +156,8 @@ extension Store {
         return found
     }
 
+    // MARK: Push tokens
+
     /// Records a (re)registration of `token`; a disabled token becomes active again.
     static func upsertPushToken(_ token: String, appID: String, kind: String, atMillis: Int64, in database: any SQLDatabase) throws {
         try database.query(
@@ -166,6 +168,53 @@ extension Store {
             """, [.text(token), .text(appID), .text(kind), .integer(atMillis)])
     }
 
+    /// A device token as the store knows it.
+    public struct PushTokenRecord: Sendable, Equatable {
+        public var token: String
+        public var appID: String
+        /// `voip` (PushKit) or `apns` (regular notifications).
+        public var kind: String
+        /// Milliseconds since 1970.
+        public var registeredAt: Int64
+        public var disabledAt: Int64?
+        public var disabledReason: String?
+
+        public var isActive: Bool { disabledAt == nil }
+    }
+
+    /// Records that a device (re)registered `token` at `at`; a disabled token becomes active again.
+    public func registerPushToken(_ token: String, appID: String, kind: String, at: Date) throws {
+        let millis = Int64(at.timeIntervalSince1970 * 1000)
+        _ = try write { database in try Self.upsertPushToken(token, appID: appID, kind: kind, atMillis: millis, in: database) }
+    }
+
+    /// Disables `token` after APNs called it dead. For `Unregistered` with a timestamp, only when
+    /// the device did not register it again after that time (Apple's rule: the token is invalid
+    /// since then, but a newer registration wins). Returns whether it was disabled.
+    @discardableResult
+    public func disablePushToken(_ token: String, reason: String, invalidSince: Date?, at: Date) throws -> Bool {
+        let now = Int64(at.timeIntervalSince1970 * 1000)
+        let since = invalidSince.map { Int64($0.timeIntervalSince1970 * 1000) } ?? Int64.max
+        return try write { database in
+            try database.query(
+                "UPDATE push_tokens SET disabled_at = ?, disabled_reason = ? WHERE token = ? AND disabled_at IS NULL AND registered_at <= ?",
+                [.integer(now), .text(reason), .text(token), .integer(since)])
+            return database.changes > 0
+        }
+    }
+
+    public func pushToken(_ token: String) throws -> PushTokenRecord? {
+        try read { database in
+            try database.query(
+                "SELECT token, app_id, kind, registered_at, disabled_at, disabled_reason FROM push_tokens WHERE token = ?",
+                [.text(token)]
+            ).first.map { row in
+                PushTokenRecord(
+                    token: row[0].string ?? "", appID: row[1].string ?? "", kind: row[2].string ?? "",
+                    registeredAt: row[3].int64 ?? 0, disabledAt: row[4].int64, disabledReason: row[5].string)
+            }
+        }
+    }
 }
 
 /// A user already has the most devices allowed (`max_devices_per_user`).

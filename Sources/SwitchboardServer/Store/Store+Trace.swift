@@ -6,15 +6,25 @@ import SwitchboardCore
 import SwitchboardPush
 
 extension Store {
-    // MARK: Push trace
+    // MARK: Call trace
 
     /// Appends one trace entry (queued).
     func trace(callID: String, user: String, device: String, channel: String, event: String, atMillis: Int64, detail: JSONValue? = nil) {
-        let detailText = detail.map(JSONText.string)
-        enqueue("call trace", statements: [SQLStatement(
+        enqueue("call trace", statements: [
+            Self.traceEntry(
+                callID: callID, user: user, device: device, channel: channel, event: event, atMillis: atMillis,
+                detail: detail.map(JSONText.string))
+        ])
+    }
+
+    /// The statement that writes one trace entry (`detail`: a JSON object's text); the store
+    /// benchmark and the crash test write it as the server does.
+    package static func traceEntry(
+        callID: String, user: String, device: String, channel: String, event: String, atMillis: Int64, detail: String?
+    ) -> SQLStatement {
+        SQLStatement(
             "INSERT INTO call_trace (call_id, user_id, device_id, channel, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [.text(callID), .text(user), .text(device), .text(channel), .text(event), .integer(atMillis),
-             detailText.map(SQLValue.text) ?? .null])])
+            [.text(callID), .text(user), .text(device), .text(channel), .text(event), .integer(atMillis), detail.map(SQLValue.text) ?? .null])
     }
 
     public func trace(callID: String) throws -> [JSONValue] {

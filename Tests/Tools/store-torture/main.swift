@@ -32,11 +32,9 @@ while Date() < deadline {
         batch += 1
         let id = "\(ProcessInfo.processInfo.processIdentifier)-\(batch)"
         for entry in 0..<10 {
-            store.enqueue("torture trace") { database in
-                try database.query(
-                    "INSERT INTO call_trace (call_id, user_id, device_id, channel, event, at) VALUES (?, ?, ?, ?, ?, ?)",
-                    [.text(id), .text("u\(entry)"), .text("d"), .text("websocket"), .text("delivered"), .integer(Int64(entry))])
-            }
+            store.enqueue("torture trace", statements: [
+                Store.traceEntry(callID: id, user: "u\(entry)", device: "d", channel: "websocket", event: "delivered", atMillis: Int64(entry), detail: nil)
+            ])
         }
         store.flush()
         say(id)

@@ -1,0 +1,144 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardCore
+import SwitchboardPush
+
+extension Hub {
+    // MARK: Ringing
+
+    /// The invite, as the callee's devices get it (event and VoIP payload alike).
+    func invitation(_ call: ActiveCall) -> [String: JSONValue] {
+        let state = call.state
+        var invite: [String: JSONValue] = [
+            "call_id": .string(state.id),
+            "caller": ["identity": .string(state.caller), "name": .string(call.callerName), "handle": .string(call.handle)],
+            "callees": .array(state.callees.map(JSONValue.string)), "video": .bool(call.video),
+            "created_at": .int(state.createdAtMillis), "ring_expires_at": .int(state.ringExpiresAtMillis),
+            "media": call.media.json,
+        ]
+        if let metadata = call.request.metadata { invite["metadata"] = metadata }
+        return invite
+    }
+
+    /// `call.incoming`: the invite as an event.
+    func incoming(_ call: ActiveCall) -> CallEvent {
+        .incoming(callID: call.state.id, invite: .object(invitation(call)))
+    }
+
+    /// Delivers the invite to every connection of `callee`: each is traced, and a live one has
+    /// reached the callee.
+    func ringConnections(_ callee: String, call: ActiveCall) {
+        let state = call.state
+        let receipts = delivery.deliver(OutgoingEvent(incoming(call)), toUser: callee, appID: state.appID, except: nil)
+        call.state.rang(callee, devices: Set(receipts.map(\.device)))
+        let nowMillis = wallMillis
+        for receipt in receipts {
+            store.trace(
+                callID: state.id, user: callee, device: receipt.device, channel: "websocket",
+                event: receipt.attached ? "delivered" : "queued_for_resume", atMillis: nowMillis)
+            if receipt.attached { perform(call, call.state.reached(callee: callee)) }
+        }
+    }
+
+    /// What a push of a call carries: the invite with the keys PushKit apps read, or an alert.
+    func payload(_ push: CallState.Push, _ call: ActiveCall) -> JSONValue {
+        let state = call.state
+        let caller: JSONValue = ["identity": .string(state.caller), "name": .string(call.callerName), "handle": .string(call.handle)]
+        switch push {
+        case .voipInvite:
+            return voipPayload(call, invite: invitation(call))
+        case .alertInvite:
+            return [
+                "aps": ["alert": ["title": "Incoming call", "body": .string(call.callerName)], "sound": "default"],
+                "call_id": .string(state.id), "caller": caller, "video": .bool(call.video),
+                "ring_expires_at": .int(state.ringExpiresAtMillis),
+            ]
+        case .missedCall:
+            return [
+                "aps": ["alert": ["title": "Missed call", "body": .string(call.callerName)], "sound": "default"],
+                "call_id": .string(state.id), "missed": true,
+            ]
+        }
+    }
+
+    /// The VoIP payload: the invite plus the keys apps written like the seeds read (`UUID`,
+    /// `handle`, `hasVideo`), kept under APNs' 5120 bytes by shortening display fields.
+    func voipPayload(_ call: ActiveCall, invite: [String: JSONValue]) -> JSONValue {
+        var payload = invite
+        payload["UUID"] = .string(call.state.id.uppercased())
+        payload["handle"] = .string(call.handle)
+        payload["hasVideo"] = .bool(call.video)
+        func size(_ value: [String: JSONValue]) -> Int { JSONText.serialize(.object(value)).count }
+        if size(payload) > 5000 { payload.removeValue(forKey: "metadata") }
+        if size(payload) > 5000 { payload["media"] = ["type": .string({ if case .room = call.media { "room" } else { "external" } }())] }
+        if size(payload) > 5000 {
+            payload["caller"] = [
+                "identity": .string(String(call.state.caller.prefix(64))), "name": .string(String(call.callerName.prefix(64))),
+                "handle": .string(String(call.handle.prefix(64))),
+            ]
+            payload["handle"] = .string(String(call.handle.prefix(64)))
+            payload["callees"] = .array(call.state.callees.prefix(8).map { .string(String($0.prefix(64))) })
+        }
+        return .object(payload)
+    }
+
+    /// Sends one push of a call to `device` the way the call says (`CallState.delivery`) and
+    /// records its fate in the trace.
+    func sendPush(_ push: CallState.Push, to device: Device, callee: String, call: ActiveCall, setup: CallSetupClock? = nil) {
+        let type: PushType = push == .voipInvite ? .voip : .alert
+        guard let token = type == .voip ? device.voipToken : device.apnsToken else { return }
+        let state = call.state
+        let plan = state.delivery(of: push, now: now)
+        let notification = PushNotification(
+            deviceToken: token, type: type, topic: device.bundleID ?? call.topic, payload: JSONText.serialize(payload(push, call)),
+            expiration: plan.expiresAtSeconds, collapseID: plan.collapseID)
+        let callID = state.id
+        let channel = type == .voip ? "voip_push" : "alert_push"
+        store.trace(callID: callID, user: callee, device: device.deviceID, channel: channel, event: "push_sent", atMillis: wallMillis)
+        let ringing = call.ringing
+        let onlyWhileRinging = plan.onlyWhileRinging
+        let stillWanted: @Sendable () -> Bool = { !onlyWhileRinging || ringing.isRinging }
+        setup?.begin()
+        var submitted: (@Sendable () -> Void)?
+        if let setup { submitted = { setup.end() } }
+        let deviceID = device.deviceID
+        let scheduler = self.scheduler
+        self.push.dispatch(
+            notification, appID: state.appID, environment: device.environment, deadline: plan.deadline, stillWanted: stillWanted,
+            onSubmitted: submitted
+        ) { [weak self] result in
+            scheduler?.execute { [weak self] in
+                self?.pushAnswered(result, push, callID: callID, callee: callee, device: deviceID, channel: channel)
+            }
+        }
+    }
+
+    /// What APNs said of a push: traced, then the call decides what it means for the ringing
+    /// (`CallState.pushAnswered`).
+    private func pushAnswered(_ result: PushResult, _ push: CallState.Push, callID: String, callee: String, device: String, channel: String) {
+        store.trace(
+            callID: callID, user: callee, device: device, channel: channel, event: result.accepted ? "apns_accepted" : "apns_refused",
+            atMillis: wallMillis,
+            detail: [
+                "apns_status": .int(Int64(result.status)), "apns_id": .string(result.apnsID),
+                "reason": result.failure.map { .string($0.apnsReason) } ?? .null, "attempts": .int(Int64(result.attempts)),
+            ])
+        guard let call = calls[callID] else { return }
+        // An answer from APNs other than 200 is a refusal; no answer at all (status 0) is not.
+        let outcome: CallState.PushOutcome = result.accepted ? .accepted : result.status >= 400 ? .refused : .unanswered
+        perform(call, call.state.pushAnswered(push, callee: callee, device: device, outcome: outcome, nowMillis: wallMillis))
+    }
+
+    /// A device that comes online gets the calls ringing for its user.
+    func offerRingingCalls(to session: Session) {
+        for call in calls.values where call.state.appID == session.app.id && call.state.ringingCallees.contains(session.identity) {
+            call.state.rang(session.identity, devices: [session.deviceKey])
+            delivery.deliver(OutgoingEvent(incoming(call)), toPeer: session.peerID)
+            store.trace(
+                callID: call.state.id, user: session.identity, device: session.deviceKey, channel: "websocket",
+                event: "delivered_on_connect", atMillis: wallMillis)
+        }
+    }
+}

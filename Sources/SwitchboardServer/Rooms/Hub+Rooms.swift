@@ -1,0 +1,236 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+import SwitchboardSupport
+import SwitchboardCore
+
+extension Hub {
+    // MARK: Requests
+
+    /// `room.join`: an ordinary room the token grants, or a call's room on the device that
+    /// took the call (`admitToCallRoom`).
+    func join(_ request: RoomJoinRequest, session: Session) throws(ErrorBody) -> Outcome {
+        try Self.validateRoomName(request.room)
+        let key = RoomKey(appID: session.app.id, name: request.room)
+        if Self.isCallRoomName(request.room) {
+            try admitToCallRoom(key, session: session)
+        } else if !session.claims.grants.allowsJoining(room: request.room) {
+            throw ErrorBody(.forbidden, "your token does not grant joining room '\(request.room)'")
+        }
+        if let metadata = request.metadata { try checkSize(metadata, what: "metadata") }
+        if !session.rooms.contains(request.room) && session.rooms.count >= configuration.limits.maxRoomsPerPeer {
+            throw ErrorBody(.rateLimited, "a peer may be in at most \(configuration.limits.maxRoomsPerPeer) rooms")
+        }
+        var peer = session.description
+        peer.metadata = request.metadata
+        let joined: (room: RoomDirectory.Room, others: [PeerDescription], effects: [RoomDirectory.Effect])
+        do { joined = try rooms.join(key, peer: peer, now: now, wallMillis: wallMillis) } catch { throw error.body }
+        session.rooms.insert(request.room)
+        metrics.increment("switchboard_room_joins_total")
+        logger.info("joined room", ["peer": session.peerID, "room": request.room, "peers": String(joined.room.members.count)])
+        let reply = RoomJoined(
+            room: request.room, peerID: session.peerID, peers: joined.others, metadata: joined.room.metadata,
+            iceServers: turn.credentials(for: session.identity).iceServers)
+        return Outcome(reply: jsonValue(reply), effects: joined.effects)
+    }
+
+    /// `room.leave`.
+    func leave(_ request: RoomLeaveRequest, session: Session) throws(ErrorBody) -> Outcome {
+        let effects: [RoomDirectory.Effect]
+        do {
+            effects = try rooms.leave(RoomKey(appID: session.app.id, name: request.room), peerID: session.peerID, reason: .left)
+        } catch { throw error == .notFound(request.room) ? RoomError.notInRoom(request.room).body : error.body }
+        session.rooms.remove(request.room)
+        return Outcome(reply: nil, effects: effects)
+    }
+
+    /// `signal` that the relay's reader did not take (`relay` is the usual path): the fields
+    /// from the message already parsed.
+    func signal(_ object: [String: JSONValue], from session: Session) throws(ErrorBody) -> Outcome {
+        guard case .object(let data)? = object["data"], let room = data["room"]?.stringValue, let to = data["to"]?.stringValue,
+            let signal = data["signal"]
+        else { throw ErrorBody(.badRequest, "invalid data: signal needs room, to and signal") }
+        metrics.signals.increment()
+        return try Outcome(roomEffects: rooms.signal(RoomKey(appID: session.app.id, name: room), from: session.peerID, to: to, signal: signal))
+    }
+
+    /// `data`: to one member of the room, or to all.
+    func data(_ object: [String: JSONValue], from session: Session) throws(ErrorBody) -> Outcome {
+        guard case .object(let fields)? = object["data"], let room = fields["room"]?.stringValue, let payload = fields["data"] else {
+            throw ErrorBody(.badRequest, "invalid data: data needs room and data")
+        }
+        if let to = fields["to"], to != .null, to.stringValue == nil { throw ErrorBody(.badRequest, "invalid data: to is a peer id") }
+        try checkSize(payload, what: "data")
+        return try Outcome(
+            roomEffects: rooms.data(RoomKey(appID: session.app.id, name: room), from: session.peerID, to: fields["to"]?.stringValue, data: payload))
+    }
+
+    /// `room.set_metadata`, with the admin grant; never on a call's room.
+    func setMetadata(_ request: RoomMetadataRequest, session: Session) throws(ErrorBody) -> Outcome {
+        guard session.claims.grants.admin == true else {
+            throw ErrorBody(.forbidden, "setting room metadata needs the admin grant")
+        }
+        guard !Self.isCallRoomName(request.room) else { throw Self.callRoomRefusal(request.room) }
+        try checkSize(request.metadata, what: "metadata")
+        return try Outcome(roomEffects: rooms.setMetadata(RoomKey(appID: session.app.id, name: request.room), request.metadata))
+    }
+
+    /// The relay's hot path: a signal from one room member to another, its payload spliced
+    /// from the bytes it arrived in. The same checks, replies and errors as any request.
+    func relay(_ request: SignalRequestBytes, from session: Session) {
+        guard MessageCodec.isUsableID(request.id) else {
+            reply(.error(id: nil, MessageCodec.missingID), to: session)
+            return
+        }
+        guard session.rate.take(now: now) else {
+            reply(.error(id: request.id, rateLimited), to: session)
+            return
+        }
+        metrics.signals.increment()
+        let recipient: String
+        do {
+            recipient = try rooms.signalRecipient(RoomKey(appID: session.app.id, name: request.room), from: session.peerID, to: request.to)
+        } catch {
+            reply(.error(id: request.id, error.body), to: session)
+            return
+        }
+        reply(.ok(id: request.id, data: nil), to: session)
+        var data: [UInt8] = []
+        data.reserveCapacity(request.signal.count + request.room.utf8.count + session.peerID.utf8.count + 32)
+        data.append(contentsOf: #"{"room":"#.utf8)
+        JSONText.appendQuoted(request.room, to: &data)
+        data.append(contentsOf: #","from":"#.utf8)
+        JSONText.appendQuoted(session.peerID, to: &data)
+        data.append(contentsOf: #","signal":"#.utf8)
+        data.append(contentsOf: request.signal)
+        data.append(0x7D)
+        delivery.deliver(OutgoingEvent(type: MessageType.signal, data: .encoded(data)), toPeer: recipient)
+    }
+
+    // MARK: Admin (REST)
+
+    func createRoom(app: App, name: String, request: CreateRoomRequest) throws(ErrorBody) -> RoomInfo {
+        let key = RoomKey(appID: app.id, name: name)
+        let timeout = request.emptyTimeoutSeconds.map { Duration.seconds($0) }
+        do {
+            let effects = try rooms.create(
+                key, maxParticipants: request.maxParticipants, emptyTimeout: timeout, metadata: request.metadata, now: now,
+                wallMillis: wallMillis)
+            apply(effects)
+        } catch { throw error.body }
+        logger.info("room created", ["app": app.id, "room": name])
+        return info(rooms.room(key)!)
+    }
+
+    func listRooms(app: App) -> [RoomInfo] {
+        rooms.rooms(ofApp: app.id).map(info)
+    }
+
+    func room(app: App, name: String) throws(ErrorBody) -> RoomInfo {
+        guard let room = rooms.room(RoomKey(appID: app.id, name: name)) else { throw RoomError.notFound(name).body }
+        return info(room)
+    }
+
+    func deleteRoom(app: App, name: String) throws(ErrorBody) {
+        do { try closeRoom(RoomKey(appID: app.id, name: name), reason: .deleted) } catch { throw error.body }
+        logger.info("room deleted", ["app": app.id, "room": name])
+    }
+
+    /// Closes a room: every member gets `room.closed` with `reason` and is no longer in it.
+    func closeRoom(_ key: RoomKey, reason: RoomClosedReason) throws(RoomError) {
+        let result = try rooms.delete(key, reason: reason)
+        for peerID in result.members { sessions.session(peerID: peerID)?.rooms.remove(key.name) }
+        apply(result.effects)
+    }
+
+    func kick(app: App, room name: String, peerID: String) throws(ErrorBody) {
+        let key = RoomKey(appID: app.id, name: name)
+        guard rooms.room(key) != nil else { throw RoomError.notFound(name).body }
+        let effects: [RoomDirectory.Effect]
+        do { effects = try rooms.leave(key, peerID: peerID, reason: .kicked) } catch {
+            throw RoomError.peerNotInRoom(peer: peerID, room: name).body
+        }
+        sessions.session(peerID: peerID)?.rooms.remove(name)
+        apply(effects)
+    }
+
+    func sendData(app: App, room name: String, request: RoomDataRequest) throws(ErrorBody) {
+        try checkSize(request.data, what: "data")
+        do { apply(try rooms.data(RoomKey(appID: app.id, name: name), from: nil, to: request.to, data: request.data)) } catch {
+            throw error.body
+        }
+    }
+
+    private func info(_ room: RoomDirectory.Room) -> RoomInfo {
+        RoomInfo(
+            name: room.key.name, createdAt: room.createdAtWallMillis, maxParticipants: room.maxParticipants,
+            emptyTimeoutSeconds: Int(room.emptyTimeout.components.seconds), metadata: room.metadata, peers: room.members)
+    }
+
+    // MARK: Effects
+
+    func apply(_ effects: [RoomDirectory.Effect]) {
+        for effect in effects {
+            switch effect {
+            case .send(let event, let peerID):
+                delivery.deliver(OutgoingEvent(event), toPeer: peerID)
+            case .armEmptyTimer(let key, let after):
+                if let old = emptyTimers[key] { scheduler?.cancel(old) }
+                emptyTimers[key] = scheduler?.schedule(after: after) { [weak self] in
+                    guard let self else { return }
+                    self.emptyTimers.removeValue(forKey: key)
+                    if self.rooms.closeIfEmpty(key) {
+                        self.metrics.increment("switchboard_rooms_closed_total", ["reason": "empty"])
+                        self.logger.info("empty room closed", ["app": key.appID, "room": key.name])
+                    }
+                }
+            case .disarmEmptyTimer(let key):
+                if let timer = emptyTimers.removeValue(forKey: key) { scheduler?.cancel(timer) }
+            }
+        }
+        metrics.set("switchboard_rooms", to: Double(rooms.rooms.count))
+    }
+
+    // MARK: Rules
+
+    func checkSize(_ value: JSONValue, what: String) throws(ErrorBody) {
+        try Self.checkSize(value, what: what, limit: configuration.limits.maxDataBytes)
+    }
+
+    static func checkSize(_ value: JSONValue, what: String, limit: Int) throws(ErrorBody) {
+        let size = JSONText.serialize(value).count
+        guard size <= limit else {
+            throw ErrorBody(.payloadTooLarge, "\(what) is \(size) bytes; the limit is \(limit)")
+        }
+    }
+
+    /// Whether `name` is under the prefix reserved for calls' rooms (`call-`, in any case):
+    /// such a room is never an ordinary room, whatever a token's room grant says.
+    static func isCallRoomName(_ name: String) -> Bool {
+        name.utf8.count >= 5 && name.prefix(5).lowercased() == "call-"
+    }
+
+    /// The refusal for anyone a call's room does not admit. The same words whether or not the
+    /// call exists, so that a refusal tells a stranger nothing about it.
+    static func callRoomRefusal(_ name: String) -> ErrorBody {
+        ErrorBody(.forbidden, "room '\(name)' belongs to a call: only the call's participants, on the device that took the call, may use it")
+    }
+
+    /// Room names: 1 to 128 characters of letters, digits and `-_.:@`.
+    static func validateRoomName(_ name: String) throws(ErrorBody) {
+        let allowed = name.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == 0x2D || byte == 0x5F || byte == 0x2E || byte == 0x3A || byte == 0x40
+        }
+        guard !name.isEmpty, name.utf8.count <= 128, allowed else {
+            throw ErrorBody(.badRequest, "a room name is 1 to 128 letters, digits or -_.:@")
+        }
+    }
+}
+
+extension Hub.Outcome {
+    /// The effects of a room operation, its refusal as the error the client gets.
+    init(roomEffects effects: @autoclosure () throws(RoomError) -> [RoomDirectory.Effect]) throws(ErrorBody) {
+        do { self.init(effects: try effects()) } catch { throw error.body }
+    }
+}
