@@ -76,7 +76,8 @@ let package = Package(
             ]),
         // APNs: the notification model, Apple's reasons, provider tokens and the HTTP/2 client.
         .target(name: "SwitchboardPush", dependencies: ["SwitchboardSupport", "SwitchboardSystem"]),
-        // The HTTP/2 server the APNs sandbox runs on. Test-only: no production target links it.
+        // The HTTP/2 server the APNs sandbox runs on. No library of the server links it; the
+        // `switchboard` executable does, through SwitchboardTesting, for `apns-sandbox`.
         .target(name: "SwitchboardHTTP2Server", dependencies: ["SwitchboardSupport", "SwitchboardSystem", "CTLS", "CNGHTTP2"]),
         .target(
             name: "SwitchboardServer",

@@ -71,6 +71,19 @@ import Testing
         let unknown = try await HTTPClient.request("GET", server.baseURL + "/v1/calls/x/nothing")
         #expect(unknown.status == 404 && unknown.text.contains("no such endpoint"), "\(unknown.text)")
     }
+
+    /// A route's template gives its handler the path's parameters, one whole segment each;
+    /// a path with an empty segment or a segment more is not the route's.
+    @Test func aRouteHandsItsHandlerThePathsParameters() throws {
+        let peers = try #require(Gateway.restRoutes.first { $0.template == "/v1/rooms/{name}/peers/{peer_id}" })
+        #expect(peers.match("/v1/rooms/team-1/peers/p_abc") == ["name": "team-1", "peer_id": "p_abc"])
+        #expect(peers.match("/v1/rooms//peers/p_abc") == nil)
+        #expect(peers.match("/v1/rooms/team-1/peers/p_abc/x") == nil)
+        #expect(peers.match("/v1/rooms/team-1/people/p_abc") == nil)
+        let health = try #require(Gateway.restRoutes.first { $0.template == "/healthz" })
+        #expect(health.match("/healthz") == [:])
+        #expect(health.methods == [.get, .head])
+    }
 }
 
 @Suite(.timeLimit(.minutes(3))) struct SDKDocsTests {

@@ -24,8 +24,20 @@ enum Requester {
     }
 }
 
+/// A user's access token, verified, and the app that issued it.
+struct UserCredentials {
+    let claims: AccessTokenClaims
+    let app: App
+
+    /// The user's identity (the token's `sub`).
+    var identity: String { claims.sub }
+}
+
 extension Gateway {
-    /// The caller of a REST request, from Basic (app) or Bearer (token) credentials.
+    // MARK: Credentials of a REST request
+
+    /// Who sent a REST request, from Basic (app) or Bearer (token) credentials. The refusals
+    /// are `unauthorized` and `token_expired` (401).
     func authenticate(_ request: HTTPRequest) -> Result<Requester, ErrorBody> {
         let header = request.headers["authorization"] ?? ""
         if header.lowercased().hasPrefix("basic ") {
@@ -44,35 +56,31 @@ extension Gateway {
         }
     }
 
-    func unauthorized(_ error: ErrorBody) -> HTTPResponse {
-        failure(error, status: error.code == .forbidden ? 403 : 401)
-    }
-
-    /// A user's token, for endpoints that act as that user.
-    func user(_ request: HTTPRequest) -> Result<(AccessTokenClaims, App), ErrorBody> {
+    /// A user's token, for endpoints that act as that user; app credentials are `forbidden`.
+    func user(_ request: HTTPRequest) -> Result<UserCredentials, ErrorBody> {
         switch authenticate(request) {
         case .failure(let error): return .failure(error)
         case .success(.app): return .failure(ErrorBody(.forbidden, "this endpoint acts for a user: send a user's access token"))
-        case .success(.user(let claims, let app)): return .success((claims, app))
+        case .success(.user(let claims, let app)): return .success(UserCredentials(claims: claims, app: app))
         }
     }
 
-
-    /// A write the store refused: 503 `unavailable` when the storage refuses writes (disk full,
-    /// read-only; retry later), 500 `internal` for anything else.
-    func storeFailure(_ error: any Error, saving what: String) -> HTTPResponse {
-        if let problem = Store.storageProblem(of: error) {
-            return failure(ErrorBody(.unavailable, "storage unavailable (\(problem)): \(what) could not be saved; retry later"))
+    /// The app whose API key and secret are in an HTTP Basic `Authorization` header.
+    func basicAuthApp(_ header: String?) -> App? {
+        guard let header, header.lowercased().hasPrefix("basic "),
+            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
+            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
+        else { return nil }
+        let key = String(text[..<colon])
+        let secret = Array(text[text.index(after: colon)...].utf8)
+        guard let app = store.app(apiKey: key), Crypto.constantTimeEquals(Array(app.apiSecret.utf8), secret) else {
+            return nil
         }
-        logger.error("store write failed", ["what": what, "error": "\(error)"])
-        return failure(ErrorBody(.internal, "could not save \(what)"))
+        return app
     }
 
-    /// Answers once `body` has run against the store, off the loop and after every write queued
-    /// before it (`Hub.withStore`); `respond` turns its result into the response, on the loop.
-    func fromStore<T: Sendable>(
-        _ body: @escaping @Sendable (Store) throws -> T, _ respond: @escaping (Result<T, any Error>) -> HTTPResponse
-    ) -> RESTAnswer {
-        .later { [hub] reply in hub.withStore(body) { reply(respond($0)) } }
+    func bearerToken(_ header: String?) -> String? {
+        guard let header, header.lowercased().hasPrefix("bearer ") else { return nil }
+        return String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
     }
 }

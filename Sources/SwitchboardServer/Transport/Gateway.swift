@@ -86,65 +86,17 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         }
     }
 
-    /// Routes through `restRoutes` first (404, 405 and the metrics label come from it), then to
-    /// the route's handler.
+    /// A REST route's handler (`restRoutes`), else what is served outside the API.
     private func route(_ request: HTTPRequest) -> (String, RESTAnswer) {
-        guard let known = Self.restRoute(for: request.path), known.template != "/v1/dev/tokens" || configuration.devTokens else {
-            if request.path.hasPrefix("/v1/") && !["/v1/ws", "/v1/echo", "/v1/openapi.json"].contains(request.path) {
-                return ("/v1/*", .now(failure(ErrorBody(.notFound, "no such endpoint: \(request.path)"))))
-            }
-            return dispatch(request)
-        }
-        guard known.methods.contains(request.method) else { return (known.template, .now(methodNotAllowed(allowed: known.allow))) }
-        return (known.template, dispatch(request).1)
+        if let routed = routeREST(request) { return routed }
+        let (route, response) = serveOutsideTheAPI(request)
+        return (route, .now(response))
     }
 
-    private func dispatch(_ request: HTTPRequest) -> (String, RESTAnswer) {
+    /// What is not a REST route: the WebSocket endpoints asked without an upgrade, the OpenAPI
+    /// document, the web client's files.
+    private func serveOutsideTheAPI(_ request: HTTPRequest) -> (String, HTTPResponse) {
         switch (request.method, request.path) {
-        case (_, let path) where path == "/v1/devices" || path.hasPrefix("/v1/devices/"):
-            return routeDevices(request)
-        case (_, "/v1/users/me/blocked"):
-            return routeBlocked(request)
-        case (_, let path) where path == "/v1/calls" || path.hasPrefix("/v1/calls/"):
-            return routeCalls(request)
-        default:
-            let (route, response) = answerNow(request)
-            return (route, .now(response))
-        }
-    }
-
-    /// The routes that never wait for the store.
-    private func answerNow(_ request: HTTPRequest) -> (String, HTTPResponse) {
-        switch (request.method, request.path) {
-        case (.get, "/healthz"), (.head, "/healthz"):
-            return ("/healthz", json(200, ["status": "ok"]))
-        case (.get, "/readyz"), (.head, "/readyz"):
-            if draining { return ("/readyz", failure(ErrorBody(.unavailable, "server is shutting down"))) }
-            if let problem = hub.store.storageProblem {
-                return ("/readyz", failure(ErrorBody(.unavailable, "storage refuses writes (\(problem)); calls are refused until it recovers")))
-            }
-            return ("/readyz", json(200, ["status": "ready"]))
-        case (.get, "/metrics"):
-            metrics.set("switchboard_sessions", to: Double(hub.sessionCount))
-            metrics.set("switchboard_open_connections", to: Double(server?.openConnections ?? 0))
-            return (
-                "/metrics",
-                HTTPResponse(
-                    status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8",
-                    body: .bytes(Array(metrics.render().utf8)))
-            )
-        case (.post, "/v1/tokens"):
-            return ("/v1/tokens", issueToken(request))
-        case (_, "/v1/tokens"):
-            return ("/v1/tokens", methodNotAllowed(allowed: "POST"))
-        case (.post, "/v1/dev/tokens") where configuration.devTokens:
-            return ("/v1/dev/tokens", issueDevelopmentToken(request))
-        case (.get, "/v1/turn"):
-            return ("/v1/turn", turnCredentials(request))
-        case (_, "/v1/turn"):
-            return ("/v1/turn", methodNotAllowed(allowed: "GET"))
-        case (_, let path) where path == "/v1/rooms" || path.hasPrefix("/v1/rooms/"):
-            return routeRooms(request)
         case (.get, "/v1/openapi.json"), (.head, "/v1/openapi.json"):
             // The REST API's description, also at /openapi.json with the web client.
             if let file = staticFiles.resolve("/openapi.json") {
@@ -152,6 +104,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             }
             return ("/v1/openapi.json", failure(ErrorBody(.notFound, "no OpenAPI document in the web root")))
         case (_, "/v1/ws"), (_, "/v1/echo"):
+            // 426 Upgrade Required: the one answer whose status is not its code's.
             return (request.path, failure(ErrorBody(.badRequest, "this endpoint needs a WebSocket upgrade"), status: 426, headers: [("upgrade", "websocket")]))
         case (_, let path) where path == "/v1" || path.hasPrefix("/v1/"):
             return ("/v1/*", failure(ErrorBody(.notFound, "no such endpoint: \(path)")))
@@ -163,49 +116,6 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         default:
             return ("other", methodNotAllowed(allowed: "GET, HEAD"))
         }
-    }
-
-    private func issueToken(_ request: HTTPRequest) -> HTTPResponse {
-        guard let app = basicAuthApp(request.headers["authorization"]) else {
-            return failure(
-                ErrorBody(.unauthorized, "POST /v1/tokens needs HTTP Basic auth with the app's API key and secret"),
-                headers: [("www-authenticate", "Basic realm=\"switchboard\"")])
-        }
-        let body: TokenRequest
-        do {
-            body = try decoder.decode(TokenRequest.self, from: Data(request.body))
-        } catch {
-            return decodeFailure(request.body, error)
-        }
-        guard !body.identity.isEmpty, body.identity.utf8.count <= 256 else {
-            return failure(ErrorBody(.badRequest, "identity must be 1 to 256 bytes"))
-        }
-        if let name = body.name, name.utf8.count > 256 {
-            return failure(ErrorBody(.badRequest, "name must be at most 256 bytes"))
-        }
-        let ttl = body.ttl ?? 3600
-        guard (1...configuration.limits.maxTokenTTLSeconds).contains(ttl) else {
-            return failure(ErrorBody(.badRequest, "ttl must be 1 to \(configuration.limits.maxTokenTTLSeconds) seconds"))
-        }
-        let claims = AccessTokenIssuer.claims(
-            apiKey: app.apiKey, identity: body.identity, name: body.name, grants: body.grants ?? Grants(), ttlSeconds: ttl)
-        let token = AccessTokenVerifier.sign(claims, secret: app.apiSecret)
-        logger.info("token issued", ["app": app.id, "identity": body.identity, "ttl": String(ttl)])
-        return encoded(201, TokenResponse(token: token, expiresAt: claims.exp, identity: claims.sub))
-    }
-
-    /// The app whose API key and secret are in an HTTP Basic `Authorization` header.
-    func basicAuthApp(_ header: String?) -> App? {
-        guard let header, header.lowercased().hasPrefix("basic "),
-            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
-            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
-        else { return nil }
-        let key = String(text[..<colon])
-        let secret = Array(text[text.index(after: colon)...].utf8)
-        guard let app = store.app(apiKey: key), Crypto.constantTimeEquals(Array(app.apiSecret.utf8), secret) else {
-            return nil
-        }
-        return app
     }
 
     // MARK: WebSocket
@@ -274,11 +184,6 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
             connectBuckets = connectBuckets.filter { !$0.value.isFull(now: now) }
         }
         return allowed ? nil : max(1, bucket.wait(now: now))
-    }
-
-    func bearerToken(_ header: String?) -> String? {
-        guard let header, header.lowercased().hasPrefix("bearer ") else { return nil }
-        return String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
     }
 
     func webSocketOpened(_ connection: ConnectionID, tag: Int) {
@@ -372,8 +277,47 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         failure(ErrorBody(.methodNotAllowed, "use \(allowed)"), headers: [("allow", allowed)])
     }
 
-    func decodeFailure(_ body: [UInt8], _ error: any Error) -> HTTPResponse {
-        failure(Self.decodeError(body, error, decoder: decoder))
+    /// A REST request's body as `T`, or why not (`malformed_json`, `bad_request`).
+    func decodeBody<T: Decodable>(_ rest: RESTRequest, as type: T.Type = T.self) throws(ErrorBody) -> T {
+        do { return try decoder.decode(T.self, from: Data(rest.http.body)) } catch {
+            throw Self.decodeError(rest.http.body, error, decoder: decoder)
+        }
+    }
+
+    /// A write the store refused: 503 `unavailable` when the storage refuses writes (disk full,
+    /// read-only; retry later), 500 `internal` for anything else.
+    func storeFailure(_ error: any Error, saving what: String) -> ErrorBody {
+        if let problem = Store.storageProblem(of: error) {
+            return ErrorBody(.unavailable, "storage unavailable (\(problem)): \(what) could not be saved; retry later")
+        }
+        logger.error("store write failed", ["what": what, "error": "\(error)"])
+        return ErrorBody(.internal, "could not save \(what)")
+    }
+
+    /// Answers once `body` has run against the store, off the loop and after every write queued
+    /// before it (`Hub.withStore`); `respond` turns its result into the response on the loop,
+    /// or throws the refusal.
+    func fromStore<T: Sendable>(
+        _ body: @escaping @Sendable (Store) throws -> T, _ respond: @escaping (Result<T, any Error>) throws(ErrorBody) -> HTTPResponse
+    ) -> RESTAnswer {
+        .later { [self] reply in
+            hub.withStore(body) { [self] result in
+                do throws(ErrorBody) { reply(try respond(result)) } catch { reply(failure(error)) }
+            }
+        }
+    }
+
+    /// The answer of a hub operation that answers through a closure: `status` and its value on
+    /// success, the error with its code's status otherwise.
+    func answer(status: Int, _ operation: @escaping (@escaping (Result<JSONValue, ErrorBody>) -> Void) -> Void) -> RESTAnswer {
+        .later { [self] reply in
+            operation { [self] result in
+                switch result {
+                case .success(let value): reply(encoded(status, value))
+                case .failure(let error): reply(failure(error))
+                }
+            }
+        }
     }
 
     /// Why a body did not decode: not JSON at all, or not the expected fields.

@@ -1,0 +1,29 @@
+import SwitchboardProtocol
+import SwitchboardSystem
+
+extension Gateway {
+    // MARK: Health, readiness, metrics
+
+    /// `GET /healthz`: the process answers.
+    func health(_ rest: RESTRequest) -> RESTAnswer {
+        .now(json(200, ["status": "ok"]))
+    }
+
+    /// `GET /readyz`: ready for traffic, unless shutting down or the storage refuses writes.
+    func readiness(_ rest: RESTRequest) -> RESTAnswer {
+        if draining { return .now(failure(ErrorBody(.unavailable, "server is shutting down"))) }
+        if let problem = hub.store.storageProblem {
+            return .now(failure(ErrorBody(.unavailable, "storage refuses writes (\(problem)); calls are refused until it recovers")))
+        }
+        return .now(json(200, ["status": "ready"]))
+    }
+
+    /// `GET /metrics`: Prometheus' text format.
+    func metricsPage(_ rest: RESTRequest) -> RESTAnswer {
+        metrics.set("switchboard_sessions", to: Double(hub.sessionCount))
+        metrics.set("switchboard_open_connections", to: Double(server?.openConnections ?? 0))
+        return .now(
+            HTTPResponse(
+                status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: .bytes(Array(metrics.render().utf8))))
+    }
+}
