@@ -87,13 +87,6 @@ package struct CallState: Equatable {
         /// `apns-collapse-id`: a call's alerts replace each other on the lock screen (the
         /// missed-call notice replaces the invite's alert).
         package let collapseID: String?
-
-        package init(deadline: ContinuousClock.Instant, onlyWhileRinging: Bool, expiresAtSeconds: Int64?, collapseID: String?) {
-            self.deadline = deadline
-            self.onlyWhileRinging = onlyWhileRinging
-            self.expiresAtSeconds = expiresAtSeconds
-            self.collapseID = collapseID
-        }
     }
 
     /// What APNs said of one push of an invite.

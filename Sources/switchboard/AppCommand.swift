@@ -39,6 +39,18 @@ enum AppCommand {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .iso8601
+        /// Runs `body` on the store, closed after it.
+        func withStore(_ body: (Store) throws -> Void) throws {
+            let store = try Store.open(url: storeURL, directory: dataDirectory)
+            defer { store.close() }
+            try body(store)
+        }
+        /// The app `--api-key` names.
+        func namedApp(in store: Store) throws -> App {
+            let apiKey = try parsed.required("api-key")
+            guard let app = store.app(apiKey: apiKey) else { throw UsageError("no app with API key \(apiKey)") }
+            return app
+        }
         switch parsed.positionals[0] {
         case "create":
             let name = try parsed.required("name")
@@ -47,39 +59,32 @@ enum AppCommand {
             guard bundleID.range(of: #"^[A-Za-z0-9\-]+(\.[A-Za-z0-9\-]+)+$"#, options: .regularExpression) != nil else {
                 throw UsageError("--bundle-id must look like com.example.app")
             }
-            let store = try Store.open(url: storeURL, directory: dataDirectory)
-            defer { store.close() }
             let app = App.make(name: name, bundleID: bundleID)
-            try store.insert(app)
+            try withStore { try $0.insert(app) }
             print(String(decoding: try encoder.encode(app), as: UTF8.self))
             return 0
         case "list":
-            let store = try Store.open(url: storeURL, directory: dataDirectory)
-            defer { store.close() }
-            let apps = try store.allApps().map { app -> App in
-                var redacted = app
-                redacted.apiSecret = Redact.token(app.apiSecret)
-                return redacted
+            try withStore { store in
+                let apps = try store.allApps().map { app -> App in
+                    var redacted = app
+                    redacted.apiSecret = Redact.token(app.apiSecret)
+                    return redacted
+                }
+                print(String(decoding: try encoder.encode(apps), as: UTF8.self))
             }
-            print(String(decoding: try encoder.encode(apps), as: UTF8.self))
             return 0
         case "push-key":
-            let store = try Store.open(url: storeURL, directory: dataDirectory)
-            defer { store.close() }
-            let apiKey = try parsed.required("api-key")
-            guard let app = store.app(apiKey: apiKey) else { throw UsageError("no app with API key \(apiKey)") }
             let file = try parsed.required("key-file")
             guard let pem = try? String(contentsOfFile: file, encoding: .utf8) else { throw UsageError("cannot read \(file)") }
             _ = try ECPrivateKey(pem: pem)
-            try store.setPushSettings(
-                AppPushSettings(keyPEM: pem, keyID: try parsed.required("key-id"), teamID: try parsed.required("team-id")), appID: app.id)
-            print("APNs key \(try parsed.required("key-id")) set for \(app.name) (\(app.id))")
+            let (keyID, teamID) = (try parsed.required("key-id"), try parsed.required("team-id"))
+            try withStore { store in
+                let app = try namedApp(in: store)
+                try store.setPushSettings(AppPushSettings(keyPEM: pem, keyID: keyID, teamID: teamID), appID: app.id)
+                print("APNs key \(keyID) set for \(app.name) (\(app.id))")
+            }
             return 0
         case "push-cert":
-            let store = try Store.open(url: storeURL, directory: dataDirectory)
-            defer { store.close() }
-            let apiKey = try parsed.required("api-key")
-            guard let app = store.app(apiKey: apiKey) else { throw UsageError("no app with API key \(apiKey)") }
             var pem = ""
             for file in [try parsed.required("cert-file")] + parsed.values("cert-key") {
                 guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { throw UsageError("cannot read \(file)") }
@@ -88,8 +93,11 @@ enum AppCommand {
             guard pem.contains("BEGIN CERTIFICATE"), pem.contains("PRIVATE KEY") else {
                 throw UsageError("give the certificate and its private key as PEM (--cert-key for a separate key file)")
             }
-            try store.setPushSettings(.certificate(pem: pem, password: parsed.value("password")), appID: app.id)
-            print("APNs certificate set for \(app.name) (\(app.id))")
+            try withStore { store in
+                let app = try namedApp(in: store)
+                try store.setPushSettings(.certificate(pem: pem, password: parsed.value("password")), appID: app.id)
+                print("APNs certificate set for \(app.name) (\(app.id))")
+            }
             return 0
         default:
             throw UsageError("unknown app command '\(parsed.positionals[0])'")

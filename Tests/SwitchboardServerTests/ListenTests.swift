@@ -9,19 +9,20 @@ import Testing
 func withAddress<T>(_ ip: String, _ port: Int, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T? {
     if ip.contains(":") {
         var address = sockaddr_in6()
-        address.sin6_family = sa_family_t(AF_INET6)
-        address.sin6_port = in_port_t(UInt16(port).bigEndian)
         guard inet_pton(AF_INET6, ip, &address.sin6_addr) == 1 else { return nil }
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
-        }
+        (address.sin6_family, address.sin6_port) = (sa_family_t(AF_INET6), in_port_t(UInt16(port).bigEndian))
+        return withGeneric(&address, body)
     }
     var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
     guard inet_pton(AF_INET, ip, &address.sin_addr) == 1 else { return nil }
-    return withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    (address.sin_family, address.sin_port) = (sa_family_t(AF_INET), in_port_t(UInt16(port).bigEndian))
+    return withGeneric(&address, body)
+}
+
+/// Calls `body` with `address` (a `sockaddr_in` or `sockaddr_in6`) as a `sockaddr` and its size.
+private func withGeneric<Address, T>(_ address: inout Address, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
+    withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<Address>.size)) }
     }
 }
 

@@ -188,13 +188,9 @@ func basicAuth(_ app: App) -> (String, String) {
     func signalsReachOnePeerInTheRoomAndNothingLeavesIt(engine: StoreEngine) async throws {
         let server = try TestServer(engine: engine)
         defer { server.stop() }
-        let alice = try await Peer.connect(server, "alice")
-        let bob = try await Peer.connect(server, "bob")
+        let (alice, bob) = try await Peer.pair(in: "call", on: server)
         let carol = try await Peer.connect(server, "carol")
-        try await alice.join("call")
-        try await bob.join("call")
         try await carol.join("elsewhere")
-        _ = try await alice.event()  // bob joined
 
         let offer: JSONValue = ["type": "offer", "sdp": "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\n"]
         let sent = try await alice.client.request(MessageType.signal, encoding: SignalRequest(room: "call", to: bob.peerID, signal: offer))

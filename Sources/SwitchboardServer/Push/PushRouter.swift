@@ -18,32 +18,38 @@ protocol PushDispatching: Sendable {
 /// Picks the APNs client for each push: one per (app, environment), built from the app's key
 /// in the store and kept for the life of the server.
 final class PushRouter: PushDispatching {
+    /// Where and how the clients connect: the server's APNs settings.
+    struct Settings {
+        /// Sends to this host instead of Apple's (the local sandbox).
+        var baseURL: String?
+        var caFile: String?
+        var requestTimeout: Duration
+        /// Where certificate credentials are written for libcurl (readable by this user only).
+        var credentialsDirectory: String
+
+        init(_ configuration: ServerConfiguration) {
+            baseURL = configuration.apnsURL
+            caFile = configuration.apnsCAFile
+            requestTimeout = .seconds(configuration.limits.apnsRequestTimeoutSeconds)
+            credentialsDirectory = configuration.dataDirectory + "/apns-credentials"
+        }
+    }
+
+    private let settings: Settings
     private let store: Store
     private let metrics: Metrics
     private let logger: Logger
-    /// Sends to this host instead of Apple's (the local sandbox).
-    private let baseURL: String?
-    private let caFile: String?
-    private let requestTimeout: Duration
-    /// Where certificate credentials are written for libcurl (readable by this user only).
-    private let credentialsDirectory: String
     private let services = Locked<[String: PushService]>([:])
     /// Pushes handed over by the loop; one worker runs each as a child task of its group, so
     /// none is a bare task, and shutdown ends them all.
     private let jobs: AsyncStream<@Sendable () async -> Void>.Continuation
     private let worker: Task<Void, Never>
 
-    init(
-        store: Store, metrics: Metrics, logger: Logger, baseURL: String?, caFile: String?, requestTimeout: Duration,
-        credentialsDirectory: String
-    ) {
-        self.requestTimeout = requestTimeout
-        self.credentialsDirectory = credentialsDirectory
+    init(settings: Settings, store: Store, metrics: Metrics, logger: Logger) {
+        self.settings = settings
         self.store = store
         self.metrics = metrics
         self.logger = logger
-        self.baseURL = baseURL
-        self.caFile = caFile
         let (stream, jobs) = AsyncStream.makeStream(of: (@Sendable () async -> Void).self)
         self.jobs = jobs
         worker = Task {
@@ -85,14 +91,14 @@ final class PushRouter: PushDispatching {
         let store = store
         let read: Result<(AppPushSettings, String?)?, any Error> = await withCheckedContinuation { done in
             store.perform({ store in
-                guard let settings = try store.pushSettings(appID: appID) else { return nil }
-                guard case .key(_, let keyID, let teamID) = settings else { return (settings, nil) }
-                return (settings, try store.providerToken(keyID: keyID, teamID: teamID))
+                guard let credentials = try store.pushSettings(appID: appID) else { return nil }
+                guard case .key(_, let keyID, let teamID) = credentials else { return (credentials, nil) }
+                return (credentials, try store.providerToken(keyID: keyID, teamID: teamID))
             }) { done.resume(returning: $0) }
         }
-        guard case .success(let (settings, savedToken)?) = read else { return nil }
+        guard case .success(let (appCredentials, savedToken)?) = read else { return nil }
         let credentials: APNsCredentials
-        switch settings {
+        switch appCredentials {
         case .key(let pem, let keyID, let teamID):
             guard let signingKey = try? ECPrivateKey(pem: pem) else { return nil }
             // Apple throttles a key whose token changes more often than every 20 minutes: the
@@ -108,9 +114,9 @@ final class PushRouter: PushDispatching {
             credentials = .certificate(path: path, keyPath: nil, password: password, isP12: false)
         }
         var configuration = APNsClientConfiguration(credentials: credentials, environment: environment)
-        configuration.baseURL = baseURL
-        configuration.caFile = caFile
-        configuration.requestTimeout = requestTimeout
+        configuration.baseURL = settings.baseURL
+        configuration.caFile = settings.caFile
+        configuration.requestTimeout = settings.requestTimeout
         let service = PushService(client: APNsClient(configuration: configuration, logger: logger, observe: metrics.recordPush), store: store, logger: logger)
         return services.withLock { services in
             if let raced = services[key] {
@@ -125,8 +131,8 @@ final class PushRouter: PushDispatching {
     /// libcurl reads client certificates from files: the PEM goes to a file only this user reads.
     private func writeCredential(_ pem: String, appID: String) throws -> String {
         try FileManager.default.createDirectory(
-            atPath: credentialsDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let path = credentialsDirectory + "/\(appID.filter { $0.isLetter || $0.isNumber || $0 == "_" }).pem"
+            atPath: settings.credentialsDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let path = settings.credentialsDirectory + "/\(appID.filter { $0.isLetter || $0.isNumber || $0 == "_" }).pem"
         guard FileManager.default.createFile(atPath: path, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o600]) else {
             throw SystemError.crypto("cannot write \(path)")
         }

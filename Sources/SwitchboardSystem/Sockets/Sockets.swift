@@ -153,19 +153,15 @@ public final class ListeningSockets: @unchecked Sendable {
 
     private static func resolve(_ host: String) throws(ListenError) -> [Candidate] {
         let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        var v4 = in_addr()
-        if inet_pton(AF_INET, name, &v4) == 1 {
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr = v4
-            return [candidate(&address, ip: name, literal: true)]
+        var v4 = sockaddr_in()
+        if inet_pton(AF_INET, name, &v4.sin_addr) == 1 {
+            v4.sin_family = sa_family_t(AF_INET)
+            return [candidate(&v4, ip: name, literal: true)]
         }
-        var v6 = in6_addr()
-        if inet_pton(AF_INET6, name, &v6) == 1 {
-            var address = sockaddr_in6()
-            address.sin6_family = sa_family_t(AF_INET6)
-            address.sin6_addr = v6
-            return [candidate(&address, ip: name, literal: true)]
+        var v6 = sockaddr_in6()
+        if inet_pton(AF_INET6, name, &v6.sin6_addr) == 1 {
+            v6.sin6_family = sa_family_t(AF_INET6)
+            return [candidate(&v6, ip: name, literal: true)]
         }
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
