@@ -122,13 +122,19 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     private func send(_ type: String, _ request: some Encodable & Sendable) {
         let client = self.client
         let deadline = ContinuousClock.now + serverTimeout
+        track { await Self.deliver(type, request, through: client, until: deadline) }
+    }
+
+    /// Runs `work` (a talk with the server, bounded by `serverTimeout`) as a task the manager
+    /// keeps until it ends, so that `settle()` waits for it and none is a task nobody holds.
+    private func track(_ work: @escaping @Sendable () async -> Void) {
         let outbox = self.outbox
         outbox.withLock { box in
             let ticket = box.next
             box.next += 1
             box.tasks[ticket] = Task {
                 defer { _ = outbox.withLock { $0.tasks.removeValue(forKey: ticket) } }
-                await Self.deliver(type, request, through: client, until: deadline)
+                await work()
             }
         }
     }
@@ -172,7 +178,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             update(id) { $0.end(.unanswered, at: now) }
             return
         }
-        Task { await reconcile(id) }
+        track { [self] in await reconcile(id) }
     }
 
     /// Handles an alert push for a call on a device without CallKit (region policy
@@ -396,7 +402,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         }
         let callID = id.uuidString.lowercased()
         let client = self.client
-        Task {
+        track { [self, limit] in
             let deadline = ContinuousClock.now + limit
             while ContinuousClock.now < deadline, !completion.isComplete {
                 do {
