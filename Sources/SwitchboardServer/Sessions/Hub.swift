@@ -4,11 +4,14 @@ import SwitchboardSystem
 import SwitchboardSupport
 import SwitchboardCore
 
-/// Owns sessions, rooms and calls. Runs on the event loop thread only: the gateway calls it
-/// from transport callbacks, timers call it from the loop.
+/// Owns sessions, rooms and calls, and dispatches what arrives to them: this file holds the
+/// owner, its one table of message types and the sending; each concern is an extension in its
+/// folder (`Sessions/Hub+Sessions`, `Rooms/Hub+Rooms`, `Calls/Hub+Calls`, `Hub+Ringing`,
+/// `Hub+CallReads`). Runs on the event loop thread only: the gateway calls it from transport
+/// callbacks, timers call it from the loop.
 ///
 /// Safety of `@unchecked Sendable`: confined to the loop thread; work from other threads (push
-/// results) reaches it only through `transport.loop.execute`.
+/// results, the store's answers) reaches it only through `scheduler.execute`.
 final class Hub: @unchecked Sendable {
     /// What a new connection asks for when it wants its old session back.
     struct ResumeRequest {
@@ -32,6 +35,7 @@ final class Hub: @unchecked Sendable {
     var invites: InvitePolicy
     /// Calls whose setup waits for the store (`max_pending_call_setups`).
     var pendingCallSetups = 0
+    /// When `callIdempotency` was last pruned.
     var lastPrune = ContinuousClock.now
 
     let configuration: ServerConfiguration
@@ -43,6 +47,7 @@ final class Hub: @unchecked Sendable {
     private(set) weak var output: (any SessionOutput)?
     private(set) weak var scheduler: (any LoopScheduler)?
     var rooms: RoomDirectory
+    /// The timer that closes each room once it has been empty `empty_timeout_seconds`.
     var emptyTimers: [RoomKey: TimerID] = [:]
     /// Every message in and out goes through it.
     let codec = MessageCodec()
@@ -205,13 +210,9 @@ final class Hub: @unchecked Sendable {
 
     // MARK: Effects and sending
 
-    /// Sends a sequenced event: logged for replay, delivered now if attached.
-    func sendEvent(_ type: String, _ data: JSONValue, to session: Session) {
-        sendEvent(OutgoingEvent(type: type, data: .value(data)), to: session)
-    }
-
     /// Sends a sequenced event: logged for replay, delivered now if attached. Data already
-    /// written as JSON (a relayed signal) is spliced in as it is.
+    /// written as JSON (a relayed signal) is spliced in as it is. Only `LocalDelivery` calls
+    /// it: everything else delivers through `delivery`.
     func sendEvent(_ event: OutgoingEvent, to session: Session) {
         session.lastSequence += 1
         guard let bytes = codec.event(event, seq: session.lastSequence) else { return }
