@@ -151,8 +151,9 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         try store.setPushSettings(.key(pem: "KEY", keyID: "K1", teamID: "T1"), appID: Self.app.id)
         try store.setPushSettings(.certificate(pem: "CERT", password: "pw"), appID: Self.app.id)
         #expect(try store.pushSettings(appID: Self.app.id) == .certificate(pem: "CERT", password: "pw"), "replaced, not added")
-        try store.setProviderToken("jwt-1", issuedAt: Date(timeIntervalSince1970: 100), keyID: "K1", teamID: "T1")
-        try store.setProviderToken("jwt-2", issuedAt: Date(timeIntervalSince1970: 200), keyID: "K1", teamID: "T1")
+        store.saveProviderToken("jwt-1", issuedAt: Date(timeIntervalSince1970: 100), keyID: "K1", teamID: "T1")
+        store.saveProviderToken("jwt-2", issuedAt: Date(timeIntervalSince1970: 200), keyID: "K1", teamID: "T1")
+        store.flush()
         #expect(try store.providerToken(keyID: "K1", teamID: "T1") == "jwt-2")
     }
 
@@ -463,7 +464,8 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
             }
             try store.setBlocked(["u1", "u2"], appID: Self.app.id, userID: "u0")
             try store.setPushSettings(.key(pem: "KEY", keyID: "K1", teamID: "T1"), appID: Self.app.id)
-            try store.setProviderToken("jwt-1", issuedAt: Date(timeIntervalSince1970: 100), keyID: "K1", teamID: "T1")
+            store.saveProviderToken("jwt-1", issuedAt: Date(timeIntervalSince1970: 100), keyID: "K1", teamID: "T1")
+            store.flush()
             for index in 0..<calls {
                 var state = CallState(
                     id: "call-\(index)", appID: Self.app.id, caller: "u\(index % 40)", callerDevice: "phone", callees: ["u\((index + 1) % 40)"],

@@ -51,22 +51,14 @@ extension Store {
         }
     }
 
-    public func setProviderToken(_ jwt: String, issuedAt: Date, keyID: String, teamID: String) throws {
-        let statement = Self.providerTokenUpsert(jwt, issuedAt: issuedAt, keyID: keyID, teamID: teamID)
-        _ = try write { database in try database.query(statement.sql, statement.parameters) }
-    }
-
     /// Keeps a provider token just minted, queued: the push that minted it does not wait.
     public func saveProviderToken(_ jwt: String, issuedAt: Date, keyID: String, teamID: String) {
-        enqueue("provider token", statements: [Self.providerTokenUpsert(jwt, issuedAt: issuedAt, keyID: keyID, teamID: teamID)])
-    }
-
-    private static func providerTokenUpsert(_ jwt: String, issuedAt: Date, keyID: String, teamID: String) -> SQLStatement {
-        SQLStatement(
+        let upsert = SQLStatement(
             """
             INSERT INTO provider_tokens (key_id, team_id, jwt, issued_at) VALUES (?, ?, ?, ?)
             ON CONFLICT (key_id, team_id) DO UPDATE SET jwt = excluded.jwt, issued_at = excluded.issued_at
             """,
             [.text(keyID), .text(teamID), .text(jwt), .integer(Int64(issuedAt.timeIntervalSince1970))])
+        enqueue("provider token", statements: [upsert])
     }
 }
