@@ -16,6 +16,7 @@ final class HubHarness {
     let push = RecordingPush()
     let hub: Hub
     let store: Store
+    let metrics = Metrics()
     let app = App.make(name: "Chat", bundleID: "com.example.chat")
     let directory: String
     private var nextConnection: UInt64 = 0
@@ -25,7 +26,6 @@ final class HubHarness {
         var configuration = ServerConfiguration()
         configuration.dataDirectory = directory
         configure(&configuration)
-        let metrics = Metrics()
         store = try Store(directory: directory, metrics: metrics, logger: Logger(minimumLevel: .error))
         try store.insert(app)
         hub = Hub(configuration: configuration, store: store, metrics: metrics, logger: Logger(minimumLevel: .error), push: push)
@@ -177,8 +177,11 @@ final class HubHarness {
         h.scheduler.runPending()
         #expect(!h.output.types(alice).contains("call.ringing"), "not before APNs accepted the push")
         job.answered(PushResult(apnsID: "x", status: 200, failure: nil, attempts: 1, latency: .milliseconds(5)))
+        let pushes = ["type": "voip", "reason": "Success"] as KeyValuePairs
+        #expect(h.metrics.counter("switchboard_apns_pushes_total", pushes) == 0, "counted on the loop, not on the push's thread")
         h.scheduler.runPending()
         #expect(h.output.types(alice) == ["call.ringing"])
+        #expect(h.metrics.counter("switchboard_apns_pushes_total", pushes) == 1)
         // bob answers from a connection: the push is no longer wanted (no retry rings again).
         let bob = h.connect("bob", device: "b-phone")
         h.send(bob, MessageType.callAnswer, ["call_id": .string(callID)])
@@ -186,6 +189,24 @@ final class HubHarness {
         h.store.flush()
         let trace = try h.store.trace(callID: callID).compactMap { $0["event"]?.stringValue }
         #expect(trace.contains("push_sent") && trace.contains("apns_accepted"))
+    }
+
+    /// An app without an APNs key sends nothing: its push counts as a configuration alarm, not
+    /// as a push, once the result is back on the loop.
+    @Test func aPushThatCouldNotGoOutForWantOfAKeyCountsOnlyAsAnAlarm() throws {
+        let h = try HubHarness()
+        try h.store.register(Device(
+            appID: h.app.id, userID: "bob", deviceID: "b-phone", platform: "ios", voipToken: String(repeating: "ab", count: 32),
+            apnsToken: nil, environment: .sandbox, bundleID: "com.example.chat", callKitEnabled: true, appVersion: nil, updatedAt: 1))
+        let alice = h.connect("alice", device: "a-phone")
+        h.send(alice, MessageType.callCreate, ["callees": ["bob"], "ring_timeout_seconds": 30])
+        h.settle()
+        let job = try #require(h.push.take().first)
+        job.answered(PushResult(apnsID: "", status: 0, failure: .notConfigured, attempts: 0, latency: .zero))
+        #expect(h.metrics.counter("switchboard_apns_config_alarms_total", ["reason": "NotConfigured"]) == 0)
+        h.scheduler.runPending()
+        #expect(h.metrics.counter("switchboard_apns_config_alarms_total", ["reason": "NotConfigured"]) == 1)
+        #expect(h.metrics.counter("switchboard_apns_pushes_total", ["type": "voip", "reason": "NotConfigured"]) == 0)
     }
 
     /// A call read just after it ended reads as ended, its history too, even while the store is

@@ -24,7 +24,9 @@ extension Hub {
     func createCall(
         _ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
     ) {
-        let setup = CallSetupClock(metrics: metrics)
+        let setup = CallSetupClock { [scheduler, metrics] elapsed in
+            scheduler?.execute { metrics.observeRecent("switchboard_call_setup_seconds", seconds: elapsed.seconds) }
+        }
         let callees: [String], timeout: Int
         do throws(ErrorBody) {
             guard caller.grants.call == true else { throw ErrorBody(.forbidden, "your token has no call grant") }

@@ -110,6 +110,7 @@ extension Hub {
             onSubmitted: submitted
         ) { [weak self] result in
             scheduler?.execute { [weak self] in
+                self?.metrics.recordPush(notification, result)
                 self?.pushAnswered(result, push, callID: callID, callee: callee, device: deviceID, channel: channel)
             }
         }

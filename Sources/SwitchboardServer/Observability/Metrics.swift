@@ -277,9 +277,14 @@ public final class Metrics: Sendable {
     }
 
     /// Counts one push's outcome: by type and Apple's reason, its latency, and configuration
-    /// alarms (the APNs client's observer).
+    /// alarms. The server calls it on the loop when a push's result comes back; an app with no
+    /// APNs key sent nothing, so only its alarm counts.
     package func recordPush(_ notification: PushNotification, _ outcome: PushResult) {
         let reason = outcome.failure?.apnsReason ?? "Success"
+        if case .notConfigured? = outcome.failure {
+            increment("switchboard_apns_config_alarms_total", ["reason": reason])
+            return
+        }
         increment("switchboard_apns_pushes_total", ["type": notification.type.rawValue, "reason": reason])
         observe("switchboard_apns_request_duration_seconds", seconds: outcome.latency.seconds)
         if let failure = outcome.failure, failure.isConfigurationError {

@@ -37,7 +37,6 @@ final class PushRouter: PushDispatching {
 
     private let settings: Settings
     private let store: Store
-    private let metrics: Metrics
     private let logger: Logger
     private let services = Locked<[String: PushService]>([:])
     /// Pushes handed over by the loop; one worker runs each as a child task of its group, so
@@ -45,10 +44,9 @@ final class PushRouter: PushDispatching {
     private let jobs: AsyncStream<@Sendable () async -> Void>.Continuation
     private let worker: Task<Void, Never>
 
-    init(settings: Settings, store: Store, metrics: Metrics, logger: Logger) {
+    init(settings: Settings, store: Store, logger: Logger) {
         self.settings = settings
         self.store = store
-        self.metrics = metrics
         self.logger = logger
         let (stream, jobs) = AsyncStream.makeStream(of: (@Sendable () async -> Void).self)
         self.jobs = jobs
@@ -76,7 +74,6 @@ final class PushRouter: PushDispatching {
         stillWanted: @escaping @Sendable () -> Bool = { true }, onSubmitted: (@Sendable () -> Void)? = nil
     ) async -> PushResult {
         guard let service = await service(appID: appID, environment: environment) else {
-            metrics.increment("switchboard_apns_config_alarms_total", ["reason": "NotConfigured"])
             logger.error("no APNs key for the app: set one with `switchboard app push-key`", ["app": appID])
             return PushResult(apnsID: "", status: 0, failure: .notConfigured, attempts: 0, latency: .zero)
         }
@@ -117,7 +114,7 @@ final class PushRouter: PushDispatching {
         configuration.baseURL = settings.baseURL
         configuration.caFile = settings.caFile
         configuration.requestTimeout = settings.requestTimeout
-        let service = PushService(client: APNsClient(configuration: configuration, logger: logger, observe: metrics.recordPush), store: store, logger: logger)
+        let service = PushService(client: APNsClient(configuration: configuration, logger: logger), store: store, logger: logger)
         return services.withLock { services in
             if let raced = services[key] {
                 service.client.shutdown()
