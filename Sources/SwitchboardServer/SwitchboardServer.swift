@@ -31,7 +31,8 @@ public final class SwitchboardServer: Sendable {
         self.lock = lock
         // The composition: the hub is handed its store and push dispatcher here, its output and
         // scheduler when the transport attaches the gateway; nothing below creates them.
-        let push = PushRouter(settings: .init(configuration), store: store, logger: logger.with("component", "push"))
+        // The push tasks log through a repeat limiter of their own: no lock shared with the loop.
+        let push = PushRouter(settings: .init(configuration), store: store, logger: logger.with("component", "push").separated())
         let hub = Hub(configuration: configuration, store: store, metrics: metrics, logger: logger, push: push)
         gateway = Gateway(configuration: configuration, hub: hub, metrics: metrics, logger: logger)
         http = try HTTPServer(options: configuration.serverOptions, handler: gateway, logger: logger.with("component", "transport"))

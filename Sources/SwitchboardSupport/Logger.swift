@@ -62,6 +62,10 @@ public struct Logger: Sendable {
             return (sink, { lines.withLock { $0 } })
         }
 
+        /// The same destination with a repeat limiter of its own, so that a component running
+        /// on its own threads (the push tasks) takes no lock the server's loop takes to log.
+        public func separate() -> Sink { Sink(repeatLimit: repeats.limit, repeatWindow: repeats.window, write) }
+
         func emit(_ line: String) { write(line) }
     }
 
@@ -80,6 +84,13 @@ public struct Logger: Sendable {
     public func with(_ key: String, _ value: String) -> Logger {
         var copy = self
         copy.metadata.append((key, value))
+        return copy
+    }
+
+    /// This logger writing through a sink with its own repeat limiter (`Sink.separate`).
+    public func separated() -> Logger {
+        var copy = self
+        copy.sink = sink.separate()
         return copy
     }
 

@@ -107,4 +107,16 @@ func openIdleConnection(_ port: Int) -> Int32 {
         logger.warning("accept failed", ["n": "again"])
         #expect(lines().last?.contains("n=again") == true)
     }
+
+    /// A separated logger (the push tasks') writes to the same place under the same limit, with
+    /// an allowance of its own.
+    @Test func aSeparatedLoggerWritesToTheSamePlaceWithItsOwnAllowance() {
+        let (sink, lines) = Logger.Sink.memory(repeatLimit: 2, repeatWindow: .seconds(60))
+        let logger = Logger(sink: sink)
+        let push = logger.with("component", "push").separated()
+        for _ in 0..<5 { logger.warning("flood") }
+        for _ in 0..<5 { push.warning("flood") }
+        #expect(lines().filter { $0.contains("msg=flood") && !$0.contains("component=push") }.count == 2)
+        #expect(lines().filter { $0.contains("msg=flood component=push") }.count == 2)
+    }
 }
