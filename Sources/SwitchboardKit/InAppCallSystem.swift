@@ -129,16 +129,19 @@ public final class InAppCallSystem: CallSystem, @unchecked Sendable {
     private func perform(_ action: CallAction) async -> Bool {
         guard let delegate else { return false }
         let timeout = actionTimeout
+        var timer: Task<Void, Never>?
         let answer: Bool? = await withCheckedContinuation { (continuation: CheckedContinuation<Bool?, Never>) in
             let once = ActionCompletion(deadline: Date().addingTimeInterval(SimulatedCallSystem.seconds(timeout))) {
                 continuation.resume(returning: $0)
             }
             delegate.callSystem(perform: action, completion: once)
-            Task {
-                try? await Task.sleep(for: timeout)
+            // Held and cancelled once the action is answered: no timer outlives it.
+            timer = Task {
+                do { try await Task.sleep(for: timeout) } catch { return }
                 once.timeOut { continuation.resume(returning: nil) }
             }
         }
+        timer?.cancel()
         guard let success = answer else {
             delegate.callSystem(timedOutPerforming: action)
             return false

@@ -299,14 +299,17 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         state.withLock { $0.pendingActions += 1 }
         let timeout = actionTimeout
         let deadline = Date().addingTimeInterval(Self.seconds(timeout))
+        var timer: Task<Void, Never>?
         let answer: Bool? = await withCheckedContinuation { (continuation: CheckedContinuation<Bool?, Never>) in
             let once = ActionCompletion(deadline: deadline) { success in continuation.resume(returning: success) }
             delegate.callSystem(perform: action, completion: once)
-            Task {
-                try? await Task.sleep(for: timeout)
+            // Held and cancelled once the action is answered: no timer outlives it.
+            timer = Task {
+                do { try await Task.sleep(for: timeout) } catch { return }
                 once.timeOut { continuation.resume(returning: nil) }
             }
         }
+        timer?.cancel()
         state.withLock { $0.pendingActions -= 1 }
         guard let success = answer else {
             violation("action \(describe(action)) was neither fulfilled nor failed within \(timeout)")

@@ -87,25 +87,38 @@ public final class LibWebSocketsTransport: WebSocketTransport {
 
         init(client: WebSocketClient) {
             self.client = client
-            let (stream, continuation) = AsyncStream.makeStream(of: WebSocketMessage.self)
-            messages = stream
-            Task {
-                for await event in client.events {
-                    switch event {
-                    case .text(let text): continuation.yield(.text(text))
-                    case .binary: continue
-                    case .closed(let code, _):
-                        continuation.yield(.closed(code: code))
-                        continuation.finish()
-                    }
-                }
-                continuation.finish()
-            }
+            // Read as the consumer asks: no task of its own to outlive or to fail unseen.
+            let reader = EventReader(client.events)
+            messages = AsyncStream(unfolding: { await reader.next() })
         }
 
         func send(_ text: String) { client.send(text: text) }
         func close(code: UInt16) { client.close(code: code) }
         func abort() { client.abort() }
+    }
+
+    /// The client's events as the transport's messages: text, then `.closed`, then the end.
+    ///
+    /// Safety of `@unchecked Sendable`: `AsyncStream(unfolding:)` calls `next` for its one
+    /// consumer, one call at a time, so the iterator is never used concurrently.
+    private final class EventReader: @unchecked Sendable {
+        private var events: AsyncStream<WebSocketClient.Event>.Iterator
+        private var closed = false
+
+        init(_ events: AsyncStream<WebSocketClient.Event>) { self.events = events.makeAsyncIterator() }
+
+        func next() async -> WebSocketMessage? {
+            while !closed, let event = await events.next() {
+                switch event {
+                case .text(let text): return .text(text)
+                case .binary: continue
+                case .closed(let code, _):
+                    closed = true
+                    return .closed(code: code)
+                }
+            }
+            return nil
+        }
     }
 }
 
@@ -150,24 +163,9 @@ public final class URLSessionWebSocketTransport: WebSocketTransport {
 
         init(task: URLSessionWebSocketTask) {
             self.task = task
-            let (stream, continuation) = AsyncStream.makeStream(of: WebSocketMessage.self)
-            messages = stream
-            Task {
-                while true {
-                    do {
-                        switch try await task.receive() {
-                        case .string(let text): continuation.yield(.text(text))
-                        case .data: continue
-                        @unknown default: continue
-                        }
-                    } catch {
-                        let code = task.closeCode == .invalid ? nil : UInt16(task.closeCode.rawValue)
-                        continuation.yield(.closed(code: code))
-                        continuation.finish()
-                        return
-                    }
-                }
-            }
+            // Received as the consumer asks: no task of its own to outlive or to fail unseen.
+            let receiver = Receiver(task: task)
+            messages = AsyncStream(unfolding: { await receiver.next() })
         }
 
         func send(_ text: String) {
@@ -180,6 +178,34 @@ public final class URLSessionWebSocketTransport: WebSocketTransport {
 
         func abort() {
             task.cancel()  // no close frame: the task's connection is torn down
+        }
+    }
+
+    /// The task's messages as the transport's: text, then `.closed` once receiving fails (the
+    /// connection ended), then the end.
+    ///
+    /// Safety of `@unchecked Sendable`: `AsyncStream(unfolding:)` calls `next` for its one
+    /// consumer, one call at a time; the task is thread-safe.
+    private final class Receiver: @unchecked Sendable {
+        let task: URLSessionWebSocketTask
+        private var closed = false
+
+        init(task: URLSessionWebSocketTask) { self.task = task }
+
+        func next() async -> WebSocketMessage? {
+            while !closed {
+                do {
+                    switch try await task.receive() {
+                    case .string(let text): return .text(text)
+                    case .data: continue
+                    @unknown default: continue
+                    }
+                } catch {
+                    closed = true
+                    return .closed(code: task.closeCode == .invalid ? nil : UInt16(task.closeCode.rawValue))
+                }
+            }
+            return nil
         }
     }
 }

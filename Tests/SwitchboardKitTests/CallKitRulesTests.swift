@@ -257,6 +257,39 @@ import SwitchboardSupport
         let system = SimulatedCallSystem()
         await #expect(throws: CallSystemError.unknownCallUUID) { try await system.request(.end(UUID())) }
     }
+
+    /// An action the app neither fulfils nor fails times out as CallKit's does: the delegate
+    /// hears it, the rule broken is recorded, and one the app fulfils in time does not time out.
+    @Test func anActionNeitherFulfilledNorFailedTimesOut() async throws {
+        final class Delegate: CallSystemDelegate {
+            let timedOut = Locked<[CallAction]>([])
+            let fulfils: Bool
+            init(fulfils: Bool) { self.fulfils = fulfils }
+            func callSystem(perform action: CallAction, completion: ActionCompletion) { if fulfils { completion.fulfill() } }
+            func callSystem(timedOutPerforming action: CallAction) { timedOut.withLock { $0.append(action) } }
+            func callSystem(didChangeAudioActive active: Bool) {}
+            func callSystemDidReset() {}
+        }
+        for fulfils in [false, true] {
+            let system = SimulatedCallSystem(actionTimeout: .milliseconds(300) * kitSlowdown, reportCompletionDelay: .zero)
+            let delegate = Delegate(fulfils: fulfils)
+            system.delegate = delegate
+            let id = UUID()
+            let reported: CallSystemError? = await withCheckedContinuation { done in
+                system.reportNewIncomingCall(id, update: CallUpdate(handle: "alice", displayName: "Alice", hasVideo: false)) { done.resume(returning: $0) }
+            }
+            #expect(reported == nil)
+            #expect(await system.userAnswers(id) == fulfils)
+            if fulfils {
+                try await Task.sleep(for: .milliseconds(500) * kitSlowdown)  // past the timeout: nothing fires
+                #expect(delegate.timedOut.withLock { $0 }.isEmpty)
+                #expect(system.violations.isEmpty, "\(system.violations)")
+            } else {
+                #expect(delegate.timedOut.withLock { $0 } == [.answer(id)])
+                #expect(system.violations.contains { $0.contains("neither fulfilled nor failed") }, "\(system.violations)")
+            }
+        }
+    }
 }
 
 /// A reconnect storm: a hundred SDK clients lose their connections at the same moment (each
