@@ -10,9 +10,15 @@ runs="${RUNS:-3}"
 out="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 
-swift build -c release --product switchboard >/dev/null
-swift build -c release --product switchboard-bench >/dev/null
-bin=.build/release
+# BENCH_BIN: a directory holding another build's switchboard and switchboard-bench (an A/B of
+# two builds); otherwise this checkout is built.
+if [ -n "${BENCH_BIN:-}" ]; then
+  bin=$BENCH_BIN
+else
+  swift build -c release --product switchboard >/dev/null
+  swift build -c release --product switchboard-bench >/dev/null
+  bin=.build/release
+fi
 
 # BENCH=relay or BENCH=push,relay runs only those.
 want() { [ "${BENCH:-all}" = all ] || [[ ",${BENCH}," == *",$1,"* ]]; }
