@@ -69,6 +69,19 @@ final class HubHarness {
         } while scheduler.runPending() > 0
     }
 
+    /// Bob has a CallKit iPhone with a VoIP token and no connection; alice (connected) calls him
+    /// with a 30 s ring and the store has answered. Returns alice's connection, her welcome taken.
+    func aliceCallsBobsIPhone() throws -> ConnectionID {
+        try store.register(Device(
+            appID: app.id, userID: "bob", deviceID: "b-phone", platform: "ios", voipToken: String(repeating: "ab", count: 32),
+            apnsToken: nil, environment: .sandbox, bundleID: "com.example.chat", callKitEnabled: true, appVersion: nil, updatedAt: 1))
+        let alice = connect("alice", device: "a-phone")
+        _ = output.take(alice)
+        send(alice, MessageType.callCreate, ["callees": ["bob"], "ring_timeout_seconds": 30])
+        settle()
+        return alice
+    }
+
     func welcome(_ connection: ConnectionID) -> (peerID: String, resumeToken: String) {
         let message = output.take(connection).first { $0["type"] == "session.welcome" }
         return (message?["data"]?["peer_id"]?.stringValue ?? "", message?["data"]?["resume_token"]?.stringValue ?? "")
@@ -158,13 +171,7 @@ final class HubHarness {
     /// callee answered elsewhere is no longer wanted.
     @Test func anIPhoneIsRungByOneVoIPPushAndTheCallerHearsRingingWhenAPNsAcceptsIt() throws {
         let h = try HubHarness()
-        try h.store.register(Device(
-            appID: h.app.id, userID: "bob", deviceID: "b-phone", platform: "ios", voipToken: String(repeating: "ab", count: 32),
-            apnsToken: nil, environment: .sandbox, bundleID: "com.example.chat", callKitEnabled: true, appVersion: nil, updatedAt: 1))
-        let alice = h.connect("alice", device: "a-phone")
-        _ = h.output.take(alice)
-        h.send(alice, MessageType.callCreate, ["callees": ["bob"], "ring_timeout_seconds": 30])
-        h.settle()
+        let alice = try h.aliceCallsBobsIPhone()
         let callID = try #require(h.output.take(alice).first { $0["type"] == "ok" }?["data"]?["call_id"]?.stringValue)
         let jobs = h.push.take()
         #expect(jobs.count == 1)
@@ -195,12 +202,7 @@ final class HubHarness {
     /// as a push, once the result is back on the loop.
     @Test func aPushThatCouldNotGoOutForWantOfAKeyCountsOnlyAsAnAlarm() throws {
         let h = try HubHarness()
-        try h.store.register(Device(
-            appID: h.app.id, userID: "bob", deviceID: "b-phone", platform: "ios", voipToken: String(repeating: "ab", count: 32),
-            apnsToken: nil, environment: .sandbox, bundleID: "com.example.chat", callKitEnabled: true, appVersion: nil, updatedAt: 1))
-        let alice = h.connect("alice", device: "a-phone")
-        h.send(alice, MessageType.callCreate, ["callees": ["bob"], "ring_timeout_seconds": 30])
-        h.settle()
+        _ = try h.aliceCallsBobsIPhone()
         let job = try #require(h.push.take().first)
         job.answered(PushResult(apnsID: "", status: 0, failure: .notConfigured, attempts: 0, latency: .zero))
         #expect(h.metrics.counter("switchboard_apns_config_alarms_total", ["reason": "NotConfigured"]) == 0)
