@@ -168,9 +168,18 @@ function handleMessage(message) {
     case "call.ended":
       handleCallEvent(message.type, data).catch((error) => log(`call error: ${error.message}`));
       break;
+    case "session.expiring":
+      // The token runs out: a fresh one keeps the session (else it closes with 4003).
+      refreshToken().catch((error) => log(`token refresh failed: ${error.message}`));
+      break;
     default:
       log(`event ${message.type}`);
   }
+}
+
+async function refreshToken() {
+  state.token = await obtainToken(state.name);
+  await request("session.refresh", { access_token: state.token });
 }
 
 async function connectionLost(event) {
@@ -183,6 +192,8 @@ async function connectionLost(event) {
   setStatus($("session"), `connection lost, reconnecting in ${delay} ms…`, "bad");
   await new Promise((resolve) => setTimeout(resolve, delay));
   try {
+    // A fresh token: the one the session opened with may have expired (close code 4003).
+    if (state.name) state.token = await obtainToken(state.name);
     const result = await openSocket(true);
     state.reconnectAttempts = 0;
     if (result.resumed) {
@@ -289,6 +300,7 @@ function removePeer(peerID) {
 
 async function ensureConnected(name) {
   if (state.socket && state.socket.readyState === WebSocket.OPEN) return;
+  state.name = name;
   state.token = await obtainToken(name);
   setStatus($("session"), "connecting…");
   await openSocket(false);
@@ -325,7 +337,7 @@ async function placeCall() {
     if (!$("callee").value.trim()) throw new Error("enter who to call");
     state.reachable = true;
     await ensureConnected(myName());
-    const call = await request("call.create", { callees: [callee], video: $("call-video").checked, caller_name: myName() });
+    const call = await request("call.create", { callees: [callee], video: $("call-video").checked });
     state.call = { id: call.call_id, role: "caller", room: call.media && call.media.room, peer: callee, video: call.video };
     $("outgoing-title").textContent = `Calling ${$("callee").value.trim()}…`;
     $("outgoing-panel").hidden = false;

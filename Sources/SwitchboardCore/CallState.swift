@@ -133,6 +133,11 @@ package struct CallState: Equatable {
     /// Which device of each accepting callee answered (none when it answered over REST without
     /// naming one: its first device to join the call's room takes the call).
     package private(set) var answeredOn: [String: DeviceKey] = [:]
+    /// The session (connection) that holds each participant's side: the one that placed or
+    /// answered the call, or, for a side taken over REST, the first of that device's sessions
+    /// to join the call's room. The room admits that session only: a `device_id` is the
+    /// client's word, and another device of the same user could say the same one.
+    package private(set) var seats: [String: String] = [:]
     /// The devices of each callee the call was sent to (connections and pushes), and those
     /// that filtered it: a callee whose every device filtered it is unavailable.
     package private(set) var rungDevices: [String: Set<DeviceKey>] = [:]
@@ -158,7 +163,8 @@ package struct CallState: Equatable {
     /// connection (`connected`) nor a phone that takes a push (`phones`) is unreachable; the
     /// others ring.
     package init(
-        id: String, appID: String, caller: String, callerDevice: DeviceKey?, callees: [String], inCall: Set<String> = [],
+        id: String, appID: String, caller: String, callerDevice: DeviceKey?, callerSeat: String? = nil, callees: [String],
+        inCall: Set<String> = [],
         busyPolicy: BusyPolicy = .reject, connected: Set<String>, phones: [String: [PhoneDevice]], now: ContinuousClock.Instant,
         nowMillis: Int64, ringTimeout: Duration
     ) {
@@ -166,6 +172,7 @@ package struct CallState: Equatable {
         self.appID = appID
         self.caller = caller
         self.callerDevice = callerDevice
+        if let callerSeat { seats[caller] = callerSeat }
         self.callees = callees
         createdAt = now
         ringExpiresAt = now + ringTimeout
@@ -250,16 +257,19 @@ package struct CallState: Equatable {
     }
 
     /// The first answer wins; a second answer from the same user's other device is refused.
-    package mutating func answer(by callee: String, device: DeviceKey?, nowMillis: Int64) throws(CallError) -> [Effect] {
+    /// `seat`: the session that answered, which alone may then take the callee's side in the
+    /// call's room (nil over REST).
+    package mutating func answer(by callee: String, device: DeviceKey?, seat: String? = nil, nowMillis: Int64) throws(CallError) -> [Effect] {
         guard let current = status[callee] else { throw .notParticipant }
         if current == .accepted {
-            if answeredOn[callee] == device { return [] }  // the same device asking again
+            if answeredOn[callee] == device && (seat == nil || seats[callee] == nil || seats[callee] == seat) { return [] }  // asked again
             throw .alreadyAnswered
         }
         guard !isEnded else { throw .ended }
         guard current == .ringing else { throw .notRinging }
         status[callee] = .accepted
         if let device { answeredOn[callee] = device }
+        if let seat { seats[callee] = seat }
         var effects: [Effect] = []
         if phase == .ringing {
             phase = .accepted
@@ -384,20 +394,44 @@ package struct CallState: Equatable {
         return effects + finish(.completed, by: identity, reason: reason ?? "hangup", nowMillis: nowMillis) + [.save]
     }
 
-    /// Whether `device` of `identity` may be in the call's room: the caller's calling device,
-    /// and each callee's answering device once it answered, while the call is not over. A side
-    /// taken over REST without a device id goes to the first of that user's devices that asks.
-    /// The other devices of a participant stay out: the call is on the device that took it.
-    package mutating func admitToRoom(identity: String, device: DeviceKey) -> Bool {
+    /// Whether session `seat` on `device` of `identity` may be in the call's room: the
+    /// caller's calling session, and each callee's answering session once it answered, while
+    /// the call is not over. A side taken over REST goes to the first session that asks on
+    /// the device it named (any of that user's devices when it named none), and is that
+    /// session's from then on. The other devices and sessions of a participant stay out: the
+    /// call is on the connection that took it.
+    package mutating func admitToRoom(identity: String, device: DeviceKey, seat: String) -> Bool {
         guard !isEnded else { return false }
         if identity == caller {
             if callerDevice == nil { callerDevice = device }
-            return callerDevice == device
+            guard callerDevice == device else { return false }
+        } else {
+            guard status[identity] == .accepted else { return false }
+            if answeredOn[identity] == nil { answeredOn[identity] = device }
+            guard answeredOn[identity] == device else { return false }
         }
-        guard status[identity] == .accepted else { return false }
-        if answeredOn[identity] == nil { answeredOn[identity] = device }
-        return answeredOn[identity] == device
+        if seats[identity] == nil { seats[identity] = seat }
+        return seats[identity] == seat
     }
+
+    /// The server ends the call for a reason of its own: `max_duration` (it lasted
+    /// `max_call_duration_seconds`) or `unattended` (nobody in it has been connected for
+    /// `call_unattended_seconds`). An answered call is `completed` (callees still ringing in a
+    /// group missed it); one still ringing has `failed`.
+    package mutating func endByServer(reason: String, nowMillis: Int64) -> [Effect] {
+        guard !isEnded else { return [] }
+        guard phase == .accepted else { return fail(reason: reason, nowMillis: nowMillis) }
+        var effects: [Effect] = []
+        for callee in ringingCallees {
+            status[callee] = .missed
+            effects.append(.notify(identity: callee, event: .missed(callID: id, reason: "ended"), except: nil))
+        }
+        return effects + finish(.completed, by: nil, reason: reason, nowMillis: nowMillis) + [.save]
+    }
+
+    /// The participants in the call now: the caller and every callee who answered (while it
+    /// rings, the caller alone).
+    package var present: [String] { [caller] + callees.filter { status[$0] == .accepted } }
 
     /// The call cannot go on (server restart, internal failure).
     package mutating func fail(reason: String, nowMillis: Int64) -> [Effect] {

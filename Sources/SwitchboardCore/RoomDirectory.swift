@@ -86,13 +86,15 @@ package struct RoomDirectory {
         rooms.values.filter { $0.key.appID == appID }.sorted { $0.createdAt < $1.createdAt }
     }
 
-    /// Creates an empty room; its empty timer starts now (a call's room has none).
+    /// Creates an empty room; its empty timer starts now (a call's room has none). A call's
+    /// room never counts toward `maxRoomsPerApp`: ordinary rooms, however many, cannot keep
+    /// a call from its media.
     package mutating func create(
         _ key: RoomKey, maxParticipants: Int? = nil, emptyTimeout: Duration? = nil, metadata: JSONValue? = nil,
         call: String? = nil, now: ContinuousClock.Instant, wallMillis: Int64
     ) throws(RoomError) -> [Effect] {
         guard rooms[key] == nil else { throw .alreadyExists(key.name) }
-        guard roomsPerApp[key.appID, default: 0] < settings.maxRoomsPerApp else {
+        guard call != nil || roomsPerApp[key.appID, default: 0] < settings.maxRoomsPerApp else {
             throw .tooManyRooms(limit: settings.maxRoomsPerApp)
         }
         let room = Room(
@@ -100,7 +102,7 @@ package struct RoomDirectory {
             maxParticipants: maxParticipants ?? settings.maxParticipants,
             emptyTimeout: emptyTimeout ?? settings.emptyTimeout, metadata: metadata, call: call)
         rooms[key] = room
-        roomsPerApp[key.appID, default: 0] += 1
+        if call == nil { roomsPerApp[key.appID, default: 0] += 1 }
         return call == nil ? [.armEmptyTimer(key, after: room.emptyTimeout)] : []
     }
 
@@ -179,7 +181,7 @@ package struct RoomDirectory {
     /// Deletes the room; every member gets `room.closed` with `reason`.
     package mutating func delete(_ key: RoomKey, reason: RoomClosedReason = .deleted) throws(RoomError) -> (members: [String], effects: [Effect]) {
         guard let room = rooms.removeValue(forKey: key) else { throw .notFound(key.name) }
-        roomsPerApp[key.appID, default: 1] -= 1
+        if room.call == nil { roomsPerApp[key.appID, default: 1] -= 1 }
         let members = room.members.map(\.peerID)
         let closed = members.map { Effect.send(.closed(room: key.name, reason: reason), to: $0) }
         return (members, closed + (room.call == nil ? [.disarmEmptyTimer(key)] : []))
@@ -189,7 +191,7 @@ package struct RoomDirectory {
     package mutating func closeIfEmpty(_ key: RoomKey) -> Bool {
         guard let room = rooms[key], room.members.isEmpty else { return false }
         rooms.removeValue(forKey: key)
-        roomsPerApp[key.appID, default: 1] -= 1
+        if room.call == nil { roomsPerApp[key.appID, default: 1] -= 1 }
         return true
     }
 }

@@ -37,9 +37,11 @@ public struct DeviceRegistrar: Sendable {
 
     /// `PUT /v1/devices/{device id}`. Tokens are the raw bytes PushKit and APNs hand over,
     /// hex-encoded byte by byte here (never through `description`). Under `.noCallKit` no VoIP
-    /// token is sent and the server rings the device with alert pushes.
+    /// token is sent and the server rings the device with alert pushes. `bundleID`: the app's
+    /// (`Bundle.main.bundleIdentifier`), which must be one the server's app has; nil uses the
+    /// app's own.
     public func register(
-        voipToken: Data?, apnsToken: Data?, environment: String, bundleID: String, appVersion: String?,
+        voipToken: Data?, apnsToken: Data?, environment: String, bundleID: String?, appVersion: String?,
         policy: RegionPolicy
     ) async throws {
         guard let deviceID = client.deviceID else { throw SwitchboardError.invalidResponse("the client has no device id") }

@@ -73,6 +73,11 @@ public actor SwitchboardClient {
         public var initialBackoff: Duration = .milliseconds(250)
         /// The longest reconnection delay.
         public var maxBackoff: Duration = .seconds(5)
+        /// Attempts in a row to resume a session that reached the server but got no session:
+        /// past them the client stops asking for that session and opens a fresh one (its rooms
+        /// are then joined again: `ClientEvent.sessionReplaced`), so that it never loops on a
+        /// resume the server cannot serve.
+        public var maxFailedResumes = 2
 
         public init() {}
     }
@@ -92,6 +97,8 @@ public actor SwitchboardClient {
     private var nextRequestID = 1
     private var resumeToken: String?
     private var lastSequence: UInt64 = 0
+    /// Resumes in a row that reached the server and got no session (`Options.maxFailedResumes`).
+    private var failedResumes = 0
     private var wanted = false
     private var reconnecting = false
     private var tasks: [Task<Void, Never>] = []
@@ -203,7 +210,9 @@ public actor SwitchboardClient {
 
     // MARK: Connection
 
-    private func open(resume: Bool) async throws {
+    /// Opens a connection: resuming the session when `resume`; `replacing`: a fresh session
+    /// that takes the place of one the client gave up resuming.
+    private func open(resume: Bool, replacing: Bool = false) async throws {
         let token = try await tokenProvider()
         self.token = token
         var components = URLComponents(url: serverURL, resolvingAgainstBaseURL: false)!
@@ -219,11 +228,19 @@ public actor SwitchboardClient {
         var iterator = connection.messages.makeAsyncIterator()
         guard case .text(let first)? = await iterator.next(),
             let hello = try? JSONDecoder().decode(Envelope.self, from: Data(first.utf8))
-        else { throw SwitchboardError.invalidResponse("no session.welcome") }
+        else {
+            // The server took the connection and gave no session: a resume it could not serve
+            // (it used to drop one whose replay overflowed its send queue) counts towards
+            // giving that session up.
+            if resume && resumeToken != nil { failedResumes += 1 }
+            throw SwitchboardError.invalidResponse("no session.welcome")
+        }
+        failedResumes = 0
         switch hello.type {
         case MessageType.sessionWelcome:
             let welcome = try JSONDecoder().decode(SessionWelcome.self, from: JSONEncoder().encode(hello.data))
-            let replaced = resume && resumeToken != nil
+            // A fresh session where one was resumed or given up: the rooms are to be joined again.
+            let replaced = (resume || replacing) && resumeToken != nil
             peerID = welcome.peerID
             identity = welcome.identity
             resumeToken = welcome.resumeToken
@@ -259,6 +276,12 @@ public actor SwitchboardClient {
             return false
         case .text(let text):
             guard let envelope = try? JSONDecoder().decode(Envelope.self, from: Data(text.utf8)) else { return true }
+            if envelope.type == MessageType.sessionExpiring {
+                // The token runs out: a fresh one from the app keeps the session open (without
+                // it the server closes with 4003, and the reconnect asks for a fresh one anyway).
+                tasks.append(Task { [weak self] in await self?.refreshToken() })
+                return true
+            }
             if envelope.type == MessageType.ok || envelope.type == MessageType.error {
                 guard case .int(let id)? = envelope.id, let continuation = pending.removeValue(forKey: Int(id)) else { return true }
                 if let error = envelope.error {
@@ -273,6 +296,13 @@ public actor SwitchboardClient {
             }
             return true
         }
+    }
+
+    /// Hands the server a fresh token for the open session (`session.refresh`).
+    private func refreshToken() async {
+        guard let fresh = try? await tokenProvider() else { return }
+        token = fresh
+        _ = try? await request(MessageType.sessionRefresh, ["access_token": .string(fresh)])
     }
 
     private func connectionEnded(_ number: Int) {
@@ -291,7 +321,8 @@ public actor SwitchboardClient {
             attempt += 1
             eventSink.yield(.reconnecting(attempt: attempt))
             do {
-                try await open(resume: true)
+                let resuming = failedResumes < options.maxFailedResumes
+                try await open(resume: resuming, replacing: !resuming)
                 reconnecting = false
                 return
             } catch {

@@ -44,6 +44,13 @@ public enum MessageType {
     public static let sessionWelcome = "session.welcome"
     /// Server message, first on a resumed session: which events follow again. Carries no `seq`.
     public static let sessionResumed = "session.resumed"
+    /// Server message before the session's access token expires (`token_expiry_warning_seconds`
+    /// ahead): answer with `session.refresh`, or the connection closes with 4003 at expiry.
+    /// Carries no `seq`.
+    public static let sessionExpiring = "session.expiring"
+    /// Client request `{"access_token": "…"}`: a fresh token of the same identity and app
+    /// for the open session.
+    public static let sessionRefresh = "session.refresh"
     public static let roomJoin = "room.join"
     public static let roomLeave = "room.leave"
     public static let roomSetMetadata = "room.set_metadata"

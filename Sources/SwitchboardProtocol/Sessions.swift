@@ -84,3 +84,41 @@ public struct SessionLimits: Sendable, Codable, Equatable {
         case resumeGraceSeconds = "resume_grace_seconds"
     }
 }
+
+/// `session.expiring` data: the session's access token expires at `expires_at` (seconds since
+/// 1970); the connection closes with 4003 at `closes_at` (milliseconds, the token leeway later)
+/// unless a `session.refresh` with a fresh token of the same identity comes first.
+public struct SessionExpiring: Sendable, Codable, Equatable {
+    public var expiresAt: Int64
+    public var closesAt: Int64
+
+    public init(expiresAt: Int64, closesAt: Int64) {
+        self.expiresAt = expiresAt
+        self.closesAt = closesAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case expiresAt = "expires_at"
+        case closesAt = "closes_at"
+    }
+}
+
+/// `session.refresh` data: a fresh access token for the open session.
+public struct SessionRefresh: Sendable, Codable, Equatable {
+    public var accessToken: String
+
+    public init(accessToken: String) { self.accessToken = accessToken }
+
+    enum CodingKeys: String, CodingKey { case accessToken = "access_token" }
+}
+
+/// WebSocket close codes the server sends besides RFC 6455's.
+public enum CloseCode {
+    /// The client's own close code for a connection it found dead (the SDK).
+    public static let clientDropped: UInt16 = 4000
+    /// A resumed connection took the session over: this older connection is closed.
+    public static let replaced: UInt16 = 4001
+    /// The session's access token expired (or the app secret that signed it is no longer
+    /// accepted): reconnect with a fresh token; the session may be resumed within its grace.
+    public static let tokenExpired: UInt16 = 4003
+}

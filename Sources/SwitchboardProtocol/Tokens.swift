@@ -42,9 +42,16 @@ public struct AccessTokenClaims: Sendable, Codable, Equatable {
     public var exp: Int64
     /// The user's display name.
     public var name: String?
+    /// The user's handle (a phone number, an email, a user name) as the callee's phone shows
+    /// it and calls back; the identity when absent.
+    public var handle: String?
     public var grants: Grants
 
-    public init(iss: String, sub: String, iat: Int64? = nil, nbf: Int64? = nil, exp: Int64, name: String? = nil, grants: Grants = Grants()) {
+    public init(
+        iss: String, sub: String, iat: Int64? = nil, nbf: Int64? = nil, exp: Int64, name: String? = nil, handle: String? = nil,
+        grants: Grants = Grants()
+    ) {
+        self.handle = handle
         self.iss = iss
         self.sub = sub
         self.iat = iat
@@ -59,11 +66,14 @@ public struct AccessTokenClaims: Sendable, Codable, Equatable {
 public struct TokenRequest: Sendable, Codable, Equatable {
     public var identity: String
     public var name: String?
+    /// The user's handle (phone number, email) the callee's phone shows; the identity when absent.
+    public var handle: String?
     public var grants: Grants?
     /// Lifetime in seconds.
     public var ttl: Int?
 
-    public init(identity: String, name: String? = nil, grants: Grants? = nil, ttl: Int? = nil) {
+    public init(identity: String, name: String? = nil, handle: String? = nil, grants: Grants? = nil, ttl: Int? = nil) {
+        self.handle = handle
         self.identity = identity
         self.name = name
         self.grants = grants

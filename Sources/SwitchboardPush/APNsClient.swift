@@ -91,6 +91,9 @@ public final class APNsClient: Sendable {
         guard PushNotification.isDeviceToken(notification.deviceToken) else {
             return result(0, .badDeviceToken, 0)
         }
+        // A topic is a bundle id: letters, digits, dots and dashes (and `.voip`), never
+        // anything that could end the header it travels in.
+        guard PushNotification.isTopic(notification.topic) else { return result(0, .badTopic, 0) }
 
         var attempts = 0
         var reminted = false

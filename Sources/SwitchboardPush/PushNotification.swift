@@ -33,6 +33,14 @@ public enum APNsEnvironment: String, Sendable, Codable {
 /// One push to one device.
 public struct PushNotification: Sendable, Equatable {
     /// Whether `token` has a device token's form: 64 hexadecimal digits (ASCII only).
+    /// Whether `topic` has the shape of a bundle id (`com.example.app`, optionally with a
+    /// `.voip` or other suffix APNs defines): 1 to 255 bytes of letters, digits, `.` and `-`.
+    public static func isTopic(_ topic: some StringProtocol) -> Bool {
+        (1...255).contains(topic.utf8.count) && topic.utf8.allSatisfy { byte in
+            (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte) || byte == 0x2E || byte == 0x2D
+        }
+    }
+
     public static func isDeviceToken(_ token: some StringProtocol) -> Bool {
         token.utf8.count == 64 && token.utf8.allSatisfy { byte in
             (0x30...0x39).contains(byte) || (0x41...0x46).contains(byte) || (0x61...0x66).contains(byte)

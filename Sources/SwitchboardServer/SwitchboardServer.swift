@@ -42,8 +42,11 @@ public final class SwitchboardServer: Sendable {
     /// behind, and starts listening. Throws, with a sentence saying why, when the directory is
     /// another server's, the store cannot be opened, or the address cannot be bound.
     public static func start(_ configuration: ServerConfiguration, logger: Logger = Logger()) throws -> SwitchboardServer {
+        try configuration.validate()
         let directory = configuration.dataDirectory
-        try Files.createDirectory(directory)
+        if try Files.createPrivateDirectory(directory) {
+            logger.warning("the data directory was readable by others: made private to its owner", ["data_dir": directory])
+        }
         let lock: DirectoryLock
         let since = Logger.timestamp()
         do {
@@ -61,7 +64,8 @@ public final class SwitchboardServer: Sendable {
             limits: Store.Limits(
                 backlogWrites: configuration.limits.storeBacklogWrites, poolSize: configuration.limits.storePoolSize,
                 statementTimeoutMillis: configuration.limits.storeStatementTimeoutMillis,
-                commitDelayMillis: configuration.limits.storeCommitDelayMillis))
+                commitDelayMillis: configuration.limits.storeCommitDelayMillis,
+                appRefreshSeconds: configuration.limits.appRefreshSeconds))
         let server: SwitchboardServer
         do {
             let interrupted = try store.failInterruptedCalls(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))

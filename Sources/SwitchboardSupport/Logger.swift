@@ -120,21 +120,43 @@ public struct Logger: Sendable {
     public func warning(_ message: String, _ fields: KeyValuePairs<String, String> = [:]) { log(.warning, message, fields) }
     public func error(_ message: String, _ fields: KeyValuePairs<String, String> = [:]) { log(.error, message, fields) }
 
-    static func quote(_ value: String) -> String {
-        let plain = !value.isEmpty && value.allSatisfy { $0.isLetter || $0.isNumber || "-_.:/@+*…".contains($0) }
+    /// A value as one token of a `key=value` line: plain when it is letters, digits and a few
+    /// marks, else quoted with `"` and `\` escaped and every control character, line or
+    /// paragraph separator and invisible format character written as an escape (`\n`,
+    /// `\u2028`). Read scalar by scalar: Swift counts `\r\n` as one `Character`, and a value
+    /// must never end a line or start another, whatever its graphemes.
+    public static func quote(_ value: String) -> String {
+        let plain = !value.isEmpty && value.unicodeScalars.allSatisfy { scalar in
+            scalar.isASCII
+                ? (scalar.properties.isAlphabetic || ("0"..."9").contains(scalar) || "-_.:/@+*".unicodeScalars.contains(scalar))
+                : !needsEscape(scalar) && !scalar.properties.isWhitespace
+        }
         if plain { return value }
         var escaped = "\""
-        for character in value {
-            switch character {
+        for scalar in value.unicodeScalars {
+            switch scalar {
             case "\"": escaped += "\\\""
             case "\\": escaped += "\\\\"
             case "\n": escaped += "\\n"
             case "\r": escaped += "\\r"
             case "\t": escaped += "\\t"
-            default: escaped.append(character)
+            case _ where needsEscape(scalar):
+                let hex = String(scalar.value, radix: 16, uppercase: true)
+                escaped += scalar.value > 0xFFFF ? "\\U" + String(repeating: "0", count: 8 - hex.count) + hex
+                    : "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: escaped.unicodeScalars.append(scalar)
             }
         }
         return escaped + "\""
+    }
+
+    /// Controls (C0, DEL, C1: NEL among them), line and paragraph separators, and format
+    /// characters (bidirectional overrides, zero-width ones): nothing a log line shows as it is.
+    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.properties.generalCategory {
+        case .control, .format, .lineSeparator, .paragraphSeparator, .surrogate, .unassigned, .privateUse: true
+        default: false
+        }
     }
 
     /// Now, as the logs write it (`2026-11-30T21:51:40.123Z`), without Foundation's date

@@ -145,7 +145,7 @@ actor Softphone {
         try await client.connect()
         let (voip, apns) = tokens
         try await DeviceRegistrar(client: client).register(
-            voipToken: voip, apnsToken: apns, environment: "sandbox", bundleID: "com.example.switchboard", appVersion: "phone",
+            voipToken: voip, apnsToken: apns, environment: "sandbox", bundleID: nil, appVersion: "phone",
             policy: region)
         if let sandboxAdmin { try await subscribe(to: sandboxAdmin, voip: voip, apns: apns) }
         say("ready: \(identity) on \(device) (\(region == .callKit ? "CallKit" : "no CallKit"))")
@@ -226,9 +226,10 @@ actor Softphone {
         }
     }
 
+    /// Writes one line at once (`writeLine`: never behind the lock of standard input, which the
+    /// reader thread holds while it waits for a typed line).
     private func say(_ line: String) {
-        print(line)
-        fflush(nil)
+        writeLine(line)
     }
 
     /// Runs one command; false when it failed.

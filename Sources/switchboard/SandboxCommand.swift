@@ -76,14 +76,13 @@ enum SandboxCommand {
         signal(SIGPIPE, SIG_IGN)
         let termination = Termination()
         let sandbox = try APNsSandbox(configuration: configuration, logger: Logger(minimumLevel: .warning))
-        print("""
+        writeLine("""
             APNs sandbox: \(sandbox.url)  (HTTP/2 over TLS)
             certificate:  \(sandbox.certificatePath)
             admin API:    \(sandbox.adminURL)
             Try: switchboard push <64 hex> --topic com.example.app --key-file AuthKey.p8 --key-id KEY --team-id TEAM \\
                    --url \(sandbox.url) --ca-file \(sandbox.certificatePath)
             """)
-        fflush(nil)
         await termination.wait()
         sandbox.stop()
         return 0

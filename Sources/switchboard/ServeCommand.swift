@@ -69,7 +69,7 @@ enum ServeCommand {
         let server = try SwitchboardServer.start(configuration, logger: logger)
 
         if let app = try server.createDevelopmentAppIfNeeded() {
-            print("""
+            writeLine("""
 
                 Created a development app (shown once; keep the secret safe):
                   app id      \(app.id)
@@ -79,10 +79,9 @@ enum ServeCommand {
 
                 """)
         } else if let app = try server.store.allApps().first {
-            print("\nApp \(app.name): API key \(app.apiKey) (secret shown when it was created)")
+            writeLine("\nApp \(app.name): API key \(app.apiKey) (secret shown when it was created)")
         }
-        print("Switchboard is running: \(server.publicURL)  (Ctrl-C to stop)\n")
-        fflush(nil)
+        writeLine("Switchboard is running: \(server.publicURL)  (Ctrl-C to stop)\n")
 
         await termination.wait()
         server.shutdown()

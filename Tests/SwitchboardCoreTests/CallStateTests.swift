@@ -294,8 +294,26 @@ import SwitchboardCore
         var state = call(["bob", "carol"])
         _ = state.start(nowMillis: 1000)
         for step in steps { _ = try run(&state, step) }
-        let result = state.admitToRoom(identity: identity, device: device)
+        let result = state.admitToRoom(identity: identity, device: device, seat: "session-of-" + device)
         #expect(result == admitted, "\(what)")
+    }
+
+    /// A side belongs to the session that took it: another connection saying the same
+    /// `device_id` (another device of the same user, which learned the id from
+    /// `call.answered_elsewhere`) stays out, before the answering session joins and after.
+    @Test func aSideBelongsToTheSessionThatTookItNotToWhoeverNamesItsDevice() throws {
+        var state = CallState(
+            id: "c1", appID: "app", caller: "alice", callerDevice: "a-phone", callerSeat: "p_alice", callees: ["bob"], connected: ["bob"],
+            phones: [:], now: t0, nowMillis: 1000, ringTimeout: .seconds(45))
+        _ = try state.answer(by: "bob", device: "b-phone", seat: "p_bob", nowMillis: 2000)
+        let admitted = [
+            ("bob", "b-phone", "p_thief"), ("alice", "a-phone", "p_alice_ipad"), ("bob", "b-phone", "p_bob"), ("alice", "a-phone", "p_alice"),
+            ("bob", "b-phone", "p_thief"),
+        ].map { state.admitToRoom(identity: $0.0, device: $0.1, seat: $0.2) }
+        #expect(
+            admitted == [false, false, true, true, false],
+            "another session naming the answering device stays out, before the seat's session joins and after")
+        #expect(throws: CallError.alreadyAnswered) { try state.answer(by: "bob", device: "b-phone", seat: "p_thief", nowMillis: 2001) }
     }
 
     @Test func aSideTakenWithoutADeviceGoesToTheFirstDeviceThatJoins() throws {
@@ -303,10 +321,13 @@ import SwitchboardCore
             id: "c1", appID: "app", caller: "alice", callerDevice: nil, callees: ["bob"], connected: ["bob"], phones: [:], now: t0,
             nowMillis: 1000, ringTimeout: .seconds(45))
         _ = try state.answer(by: "bob", device: nil, nowMillis: 2000)
-        let admitted = [("alice", "a-ipad"), ("alice", "a-phone"), ("bob", "b-phone"), ("bob", "b-ipad"), ("bob", "b-phone")].map {
-            state.admitToRoom(identity: $0.0, device: $0.1)
-        }
-        #expect(admitted == [true, false, true, false, true], "the first device of each side takes it, the others stay out")
+        let admitted = [
+            ("alice", "a-ipad", "s1"), ("alice", "a-phone", "s2"), ("bob", "b-phone", "s3"), ("bob", "b-ipad", "s4"), ("bob", "b-phone", "s3"),
+            ("bob", "b-phone", "s5"),
+        ].map { state.admitToRoom(identity: $0.0, device: $0.1, seat: $0.2) }
+        #expect(
+            admitted == [true, false, true, false, true, false],
+            "the first session of each side takes it; other devices, and other sessions of its device, stay out")
     }
 
     @Test func aDeviceThatFilteredTheCallMakesItsUserUnavailableOnlyWhenNoOtherDeviceRings() throws {

@@ -189,6 +189,53 @@ import Testing
         }
     }
 
+    /// Time claims at the ends of Int64 (a backend writing "never expires" as 2^63-1) are
+    /// refused as invalid, and nothing computed from them traps: the verifier used to add the
+    /// leeway to `exp` unchecked and crash the whole server.
+    static let extremeTimes: [String] = [
+        #"{"iss":"sbk_test","sub":"alice","exp":9223372036854775807}"#,
+        #"{"iss":"sbk_test","sub":"alice","exp":1800003600,"nbf":-9223372036854775808}"#,
+        #"{"iss":"sbk_test","sub":"alice","exp":-9223372036854775808}"#,
+        #"{"iss":"sbk_test","sub":"alice","exp":1800003600,"nbf":9223372036854775807}"#,
+        #"{"iss":"sbk_test","sub":"alice","exp":1800003600,"iat":-1}"#,
+        #"{"iss":"sbk_test","sub":"alice","exp":253402300800}"#,
+        #"{"iss":"sbk_test","sub":"alice","exp":999999999999999.0}"#,
+    ]
+
+    @Test(arguments: extremeTimes)
+    func timeClaimsOutsideTheYearsADateCanHoldAreRefusedWithoutTrapping(payload: String) {
+        let token = handMade(header: #"{"alg":"HS256","typ":"JWT"}"#, payload: payload)
+        for verifier in [verifier, AccessTokenVerifier(leewaySeconds: .max, maxLifetimeSeconds: .max)] {
+            do {
+                _ = try verifier.verify(token, now: now, secretFor: lookup)
+                Issue.record("accepted \(payload)")
+            } catch {
+                #expect(error.description.contains("must be between 0 and 253402300799"), "\(error.description)")
+            }
+        }
+    }
+
+    /// `max_token_ttl_seconds` bounds every token, whoever signed it: one that still has longer
+    /// than that (and the leeway) to live is refused; one within it is accepted.
+    @Test func aTokenLivingLongerThanTheLimitIsRefusedWhoeverSignedIt() throws {
+        let limited = AccessTokenVerifier(leewaySeconds: 30, maxLifetimeSeconds: 3600)
+        let within = AccessTokenVerifier.sign(claims(exp: 1_800_000_000 + 3600 + 30), secret: Self.secret)
+        _ = try limited.verify(within, now: now, secretFor: lookup)
+        let beyond = AccessTokenVerifier.sign(claims(exp: 1_800_000_000 + 3600 + 31), secret: Self.secret)
+        #expect(throws: TokenError.livesTooLong(limit: 3600)) { try limited.verify(beyond, now: now, secretFor: lookup) }
+        #expect(TokenError.livesTooLong(limit: 3600).code == .unauthorized)
+    }
+
+    /// During a rotation both secrets verify, and the verifier says which one did.
+    @Test func eitherOfTwoSecretsVerifiesAndTheOneThatDidIsNamed() throws {
+        let old = AccessTokenVerifier.sign(claims(), secret: "old-secret")
+        let new = AccessTokenVerifier.sign(claims(), secret: Self.secret)
+        let both: (String) -> [String] = { $0 == Self.apiKey ? [Self.secret, "old-secret"] : [] }
+        #expect(try verifier.verify(new, now: now, secretsFor: both).secretIndex == 0)
+        #expect(try verifier.verify(old, now: now, secretsFor: both).secretIndex == 1)
+        #expect(throws: TokenError.badSignature) { try verifier.verify(old, now: now, secretFor: lookup) }
+    }
+
     @Test func criticalHeaderIsRejected() {
         let token = handMade(header: #"{"alg":"HS256","crit":["exp"]}"#, payload: validPayload)
         #expect(throws: TokenError.self) { try verifier.verify(token, now: now, secretFor: lookup) }

@@ -34,7 +34,10 @@ import Testing
         #expect(calls.first?["end_reason"] == "unavailable")
         let trace = try await fixture.get("/v1/calls/\(callID)/trace", as: "alice")
         guard case .array(let entries)? = trace["trace"] else { throw Timeout(what: "the trace") }
-        #expect(entries.contains { $0["event"] == "filtered" && $0["device"] == "b-phone" && $0["filter"] == "do_not_disturb" }, "\(entries)")
+        #expect(entries.contains { $0["event"] == "filtered" && $0["device"] == "b-phone" && $0["filter"] == nil }, "\(entries)")
+        let bobs = try await fixture.get("/v1/calls/\(callID)/trace", as: "bob")
+        guard case .array(let bobsEntries)? = bobs["trace"] else { throw Timeout(what: "bob's trace") }
+        #expect(bobsEntries.contains { $0["event"] == "filtered" && $0["filter"] == "do_not_disturb" }, "bob reads why: \(bobsEntries)")
         #expect(!entries.contains { $0["event"] == "declined" }, "a filtered call is not a decline")
         #expect(!entries.contains { $0["channel"] == "alert_push" }, "no missed-call alert for a call the phone filtered (pushes are traced as they go)")
     }

@@ -46,7 +46,10 @@ final class CallFixture: Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    func token(_ identity: String) -> String { server.token(identity, grants: Grants(room: "*", roomJoin: true, call: true)) }
+    /// A token with the call grant, and the handle the app's backend signs into it.
+    func token(_ identity: String) -> String {
+        server.token(identity, grants: Grants(room: "*", roomJoin: true, call: true), handle: identity + "@example.com")
+    }
 
     /// Registers an iPhone (VoIP and regular tokens) for `identity`.
     @discardableResult
@@ -54,7 +57,7 @@ final class CallFixture: Sendable {
         let voip = String(format: "%064x", seed)
         let apns = String(format: "%064x", seed + 1_000_000)
         let body = DeviceRegistration(
-            platform: "ios", voipToken: voip, apnsToken: apns, environment: "sandbox", bundleID: "com.example.chat",
+            platform: "ios", voipToken: voip, apnsToken: apns, environment: "sandbox", bundleID: server.app.bundleID,
             callKitEnabled: callKit, appVersion: "1.0")
         let response = try await HTTPClient.request(
             "PUT", server.baseURL + "/v1/devices/\(device)", headers: [("Authorization", "Bearer " + token(identity))],
@@ -72,7 +75,7 @@ final class CallFixture: Sendable {
 
     func call(_ from: TestClient, to callees: [String], timeout: Int? = nil) async throws -> String {
         let reply = try await from.request(
-            MessageType.callCreate, id: "create", encoding: CallCreateRequest(callees: callees, video: true, handle: "alice@example.com", ringTimeoutSeconds: timeout))
+            MessageType.callCreate, id: "create", encoding: CallCreateRequest(callees: callees, video: true, ringTimeoutSeconds: timeout))
         #expect(reply.type == MessageType.ok, "\(String(describing: reply.error))")
         return try #require(reply.data?["call_id"]?.stringValue)
     }
@@ -168,7 +171,7 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(15
         let voip = fixture.pushes(type: "voip", callID: callID)
         #expect(Set(voip.map(\.token)) == [phone.voip, tablet.voip])
         let first = try #require(voip.first)
-        #expect(first.topic == "com.example.chat.voip")
+        #expect(first.topic == fixture.server.app.bundleID + ".voip")
         #expect(first.priority == 10)
         let payload = try #require(first.payload)
         #expect(payload["UUID"]?.stringValue == callID.uppercased())

@@ -134,7 +134,10 @@ import Testing
     /// connection is closed (docs/configuration.md), and the server serves on.
     /// Covers: limit:max_header_bytes
     @Test func oversizedHeadersAreRefused() async throws {
-        let server = try TestServer { $0.limits.maxHeaderBytes = 2048 }
+        let server = try TestServer {
+            $0.limits.maxHeaderBytes = 2048
+            $0.limits.maxTokenBytes = 1024  // a head must carry the longest token (validate)
+        }
         defer { server.stop() }
         func send(filler: Int) async throws -> String {
             let socket = try RawSocket(port: server.server.port)

@@ -44,10 +44,10 @@ final class TestServer: Sendable {
     var webSocketURL: String { "ws://127.0.0.1:\(server.port)/v1/ws" }
 
     func token(
-        _ identity: String = "alice", grants: Grants = Grants(call: true), ttl: Int = 3600, now: Date = Date()
+        _ identity: String = "alice", grants: Grants = Grants(call: true), ttl: Int = 3600, now: Date = Date(), handle: String? = nil
     ) -> String {
         let claims = AccessTokenIssuer.claims(
-            apiKey: app.apiKey, identity: identity, name: identity.capitalized, grants: grants, ttlSeconds: ttl, now: now)
+            apiKey: app.apiKey, identity: identity, name: identity.capitalized, handle: handle, grants: grants, ttlSeconds: ttl, now: now)
         return AccessTokenVerifier.sign(claims, secret: app.apiSecret)
     }
 

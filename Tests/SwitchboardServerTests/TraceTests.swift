@@ -89,7 +89,10 @@ import Testing
             #expect(found["channel"]?.stringValue == step.channel, "\(step.event): \(found)")
         }
         #expect(entry("apns_refused")?["reason"] == "BadDeviceToken")
-        #expect(entry("filtered")?["filter"] == "do_not_disturb")
+        #expect(entry("filtered")?["filter"] == nil, "why dave's phone did not show it is dave's to read")
+        let davesTrace = try await fixture.get("/v1/calls/\(callID)/trace", as: "dave")
+        guard case .array(let davesEntries)? = davesTrace["trace"] else { throw Timeout(what: "dave's trace") }
+        #expect(davesEntries.first { $0["event"] == "filtered" }?["filter"] == "do_not_disturb")
         let documented = Set(expected.map(\.event))
         let recorded = Set(trace.compactMap { entry in entry["event"]?.stringValue })
         #expect(recorded.isSubset(of: documented), "only documented events: \(trace)")

@@ -12,6 +12,8 @@ public enum TokenError: Error, Sendable, Equatable, CustomStringConvertible {
     case badSignature
     case expired
     case notYetValid
+    /// `exp` is further ahead than the server lets any token live (`max_token_ttl_seconds`).
+    case livesTooLong(limit: Int64)
     case invalidClaims(String)
 
     public var code: ErrorCode {
@@ -28,6 +30,7 @@ public enum TokenError: Error, Sendable, Equatable, CustomStringConvertible {
         case .badSignature: "access token signature does not verify"
         case .expired: "access token has expired"
         case .notYetValid: "access token is not valid yet"
+        case .livesTooLong(let limit): "access token expires more than \(limit) s from now (max_token_ttl_seconds)"
         case .invalidClaims(let detail): "access token claims are invalid: \(detail)"
         }
     }
@@ -37,12 +40,28 @@ public enum TokenError: Error, Sendable, Equatable, CustomStringConvertible {
 public struct AccessTokenVerifier: Sendable {
     /// Tokens longer than this are refused before any parsing.
     public var maxTokenBytes: Int
-    /// Tolerance for clock skew when checking `exp` and `nbf`.
+    /// Tolerance for clock skew when checking `exp` and `nbf` (clamped to 0...3600).
     public var leewaySeconds: Int64
+    /// The longest a token may still live when it is shown: a token whose `exp` is further
+    /// ahead (beyond the leeway) is refused, whoever signed it. Nil: no limit.
+    public var maxLifetimeSeconds: Int64?
 
-    public init(maxTokenBytes: Int = 8 * 1024, leewaySeconds: Int64 = 30) {
+    public init(maxTokenBytes: Int = 8 * 1024, leewaySeconds: Int64 = 30, maxLifetimeSeconds: Int64? = nil) {
         self.maxTokenBytes = maxTokenBytes
-        self.leewaySeconds = leewaySeconds
+        self.leewaySeconds = min(max(leewaySeconds, 0), 3600)
+        self.maxLifetimeSeconds = maxLifetimeSeconds.map { min(max($0, 0), Self.latestTime) }
+    }
+
+    /// The last second a time claim may name: the end of year 9999 (what JWT libraries and
+    /// date types can represent). Claims outside 0...latestTime are refused, so that no
+    /// arithmetic on them can overflow.
+    public static let latestTime: Int64 = 253_402_300_799
+
+    /// A verified token: its claims and which of the app's secrets signed it (0: the current
+    /// one; 1: the previous one, during a rotation's grace period).
+    public struct Verified: Sendable, Equatable {
+        public var claims: AccessTokenClaims
+        public var secretIndex: Int
     }
 
     private static let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
@@ -72,6 +91,12 @@ public struct AccessTokenVerifier: Sendable {
 
     /// Verifies `token` and returns its claims. `secretFor` maps an API key to its secret.
     public func verify(_ token: String, now: Date = Date(), secretFor: (String) -> String?) throws(TokenError) -> AccessTokenClaims {
+        try verify(token, now: now, secretsFor: { secretFor($0).map { [$0] } ?? [] }).claims
+    }
+
+    /// Verifies `token` against every secret `secretsFor` gives for its API key (the current
+    /// one first; none: the key is unknown) and returns its claims and which secret signed it.
+    public func verify(_ token: String, now: Date = Date(), secretsFor: (String) -> [String]) throws(TokenError) -> Verified {
         guard !token.isEmpty else { throw .missing }
         guard token.utf8.count <= maxTokenBytes else { throw .oversized(limit: maxTokenBytes) }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
@@ -91,13 +116,29 @@ public struct AccessTokenVerifier: Sendable {
         if header["crit"] != nil { throw .malformed("critical header extensions are not supported") }
 
         let claims = try Self.claims(fromPayload: payloadBytes)
-        guard let secret = secretFor(claims.iss) else { throw .unknownIssuer }
-        guard Self.verifySignature(token, key: Array(secret.utf8)) else { throw .badSignature }
+        let secrets = secretsFor(claims.iss)
+        guard !secrets.isEmpty else { throw .unknownIssuer }
+        guard let index = secrets.firstIndex(where: { Self.verifySignature(token, key: Array($0.utf8)) }) else { throw .badSignature }
 
-        let nowSeconds = Int64(now.timeIntervalSince1970)
+        // Every operand is bounded (claims to 0...latestTime, the leeway to an hour, now to the
+        // clock's range), so none of this can overflow.
+        let nowSeconds = Int64(min(max(now.timeIntervalSince1970, 0), Double(Self.latestTime)))
         guard claims.exp + leewaySeconds > nowSeconds else { throw .expired }
         if let nbf = claims.nbf { guard nbf - leewaySeconds <= nowSeconds else { throw .notYetValid } }
-        return claims
+        if let limit = maxLifetimeSeconds, claims.exp - nowSeconds > limit + leewaySeconds { throw .livesTooLong(limit: limit) }
+        return Verified(claims: claims, secretIndex: index)
+    }
+
+    /// The `iss` a token names, read without verifying anything (which app's secret to look
+    /// up): nil for anything that is not a token of at most `maxTokenBytes`.
+    public func issuer(of token: String) -> String? {
+        guard !token.isEmpty, token.utf8.count <= maxTokenBytes else { return nil }
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let payload = Base64URL.decode(parts[1]),
+            case .object(let object)? = try? JSONDecoder().decode(JSONValue.self, from: Data(payload)),
+            case .string(let iss)? = object["iss"]
+        else { return nil }
+        return iss
     }
 
     /// The claims in a token's payload, checked one by one so that a refusal names the claim:
@@ -125,11 +166,16 @@ public struct AccessTokenVerifier: Sendable {
                 if required { throw .invalidClaims("missing claim '\(name)' (\(meaning), seconds since 1970)") }
                 return nil
             }
+            let seconds: Int64
             switch value {
-            case .int(let number): return number
-            case .double(let number) where number.isFinite && abs(number) < 1e15: return Int64(number.rounded(.down))
+            case .int(let number): seconds = number
+            case .double(let number) where number.isFinite && abs(number) < 1e15: seconds = Int64(number.rounded(.down))
             default: throw .invalidClaims("claim '\(name)' must be a number of seconds since 1970 (\(meaning))")
             }
+            guard (0...latestTime).contains(seconds) else {
+                throw .invalidClaims("claim '\(name)' must be between 0 and \(latestTime) seconds since 1970 (\(meaning))")
+            }
+            return seconds
         }
         guard let iss = try string("iss", required: true, meaning: "the app's API key"), !iss.isEmpty else {
             throw .invalidClaims("claim 'iss' must be the app's API key")
@@ -142,6 +188,8 @@ public struct AccessTokenVerifier: Sendable {
         let iat = try seconds("iat", required: false, meaning: "issued at")
         let name = try string("name", required: false, meaning: "the display name")
         if let name, name.utf8.count > 256 { throw .invalidClaims("claim 'name' must be at most 256 bytes") }
+        let handle = try string("handle", required: false, meaning: "the handle a callee's phone shows")
+        if let handle, handle.isEmpty || handle.utf8.count > 256 { throw .invalidClaims("claim 'handle' must be 1-256 bytes") }
         var grants = Grants()
         if let value = present("grants") {
             guard case .object(let fields) = value else { throw .invalidClaims("claim 'grants' must be an object") }
@@ -158,7 +206,7 @@ public struct AccessTokenVerifier: Sendable {
             grants.call = try flag("call")
             grants.admin = try flag("admin")
         }
-        return AccessTokenClaims(iss: iss, sub: sub, iat: iat, nbf: nbf, exp: exp, name: name, grants: grants)
+        return AccessTokenClaims(iss: iss, sub: sub, iat: iat, nbf: nbf, exp: exp, name: name, handle: handle, grants: grants)
     }
 }
 
@@ -168,11 +216,11 @@ public enum AccessTokenIssuer {
     public static let maxTTLSeconds = 7 * 24 * 3600
 
     public static func claims(
-        apiKey: String, identity: String, name: String?, grants: Grants, ttlSeconds: Int, now: Date = Date()
+        apiKey: String, identity: String, name: String?, handle: String? = nil, grants: Grants, ttlSeconds: Int, now: Date = Date()
     ) -> AccessTokenClaims {
         let issued = Int64(now.timeIntervalSince1970)
         return AccessTokenClaims(
-            iss: apiKey, sub: identity, iat: issued, nbf: issued, exp: issued + Int64(ttlSeconds), name: name,
+            iss: apiKey, sub: identity, iat: issued, nbf: issued, exp: issued + Int64(ttlSeconds), name: name, handle: handle,
             grants: grants)
     }
 }

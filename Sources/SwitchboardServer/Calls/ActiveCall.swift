@@ -10,18 +10,26 @@ final class ActiveCall {
     let media: CallMedia
     let callerName: String
     let handle: String
-    /// The app's bundle id: its pushes' topic unless a device names its own.
+    /// The app's bundle id: its pushes' topic unless a device registered with another of the
+    /// app's (`allowedTopics`).
     let topic: String
+    /// The app's bundle ids (`App.bundleIDs`): the only topics its pushes use.
+    let allowedTopics: Set<String>
     /// Each callee's devices when the call started: where its pushes go.
     let devices: [String: [Device]]
     var ringTimer: TimerID?
+    /// Ends the call at `max_call_duration_seconds`.
+    var durationTimer: TimerID?
+    /// Armed while nobody in the answered call has a session (`call_unattended_seconds`).
+    var unattendedTimer: TimerID?
     /// Read by the call's push tasks (no retry once it stops ringing); set on the loop.
     let ringing = RingFlag()
 
     init(
         state: CallState, request: CallCreateRequest, media: CallMedia, callerName: String, handle: String, topic: String,
-        devices: [String: [Device]]
+        allowedTopics: Set<String>, devices: [String: [Device]]
     ) {
+        self.allowedTopics = allowedTopics
         self.state = state
         self.request = request
         self.media = media

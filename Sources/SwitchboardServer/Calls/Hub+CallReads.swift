@@ -30,7 +30,7 @@ extension Hub {
             .filter { $0.state.createdAtMillis < cutoff }
             .map { call -> (Int64, JSONValue) in (call.state.createdAtMillis, liveHistoryEntry(call, for: identity, nowMillis: nowMillis)) }
         let appID = app.id
-        withStore({ try $0.history(appID: appID, userID: identity, limit: limit, before: before) }) { result in
+        withStore(for: appID, { try $0.history(appID: appID, userID: identity, limit: limit, before: before) }) { result in
             answer(
                 result.map { stored in
                     // A call that ended while the read waited is in both: its ended entry wins.
@@ -65,7 +65,7 @@ extension Hub {
             return answer(.success(describe(call)))
         }
         let appID = app.id
-        withStore({ try $0.callSummary(id: id, appID: appID) }) { [logger] result in
+        withStore(for: appID, { try $0.callSummary(id: id, appID: appID) }) { [logger] result in
             switch result {
             case .success(let stored?):
                 guard admin || stored.caller == identity || stored.callees.contains(identity) else {

@@ -21,16 +21,25 @@ extension Hub {
     /// Starts a call from `caller` and rings every device of every callee; `answer` hears the
     /// call (or why not) on the loop, once the store has said who blocks whom and which
     /// devices each callee has.
+    /// `seat`: the session placing the call over the WebSocket (the caller's side of the call's
+    /// room is that connection's); nil over REST.
     func createCall(
-        _ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+        _ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?, seat: String? = nil,
+        answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
     ) {
         let setup = CallSetupClock { [scheduler, metrics] elapsed in
             scheduler?.execute { metrics.observeRecent("switchboard_call_setup_seconds", seconds: elapsed.seconds) }
         }
         let callees: [String], timeout: Int
         do throws(ErrorBody) {
-            guard caller.grants.call == true else { throw ErrorBody(.forbidden, "your token has no call grant") }
+            guard caller.grants.call == true else { throw Self.callGrantNeeded }
             (callees, timeout) = try Self.checkCallRequest(request, caller: caller.sub, limits: configuration.limits)
+            // What the callee's phone shows as the caller comes from the token the app's backend
+            // signed (its name and identity); a client may not choose it, only a backend's token.
+            if request.callerName != nil || request.handle != nil, caller.grants.admin != true {
+                throw ErrorBody(
+                    .forbidden, "caller_name and handle need the admin grant: the callee sees your token's name and handle claims")
+            }
             try refuseWithoutStorage()
         } catch { return answer(.failure(error)) }
 
@@ -46,7 +55,7 @@ extension Hub {
         pendingCallSetups += 1
         let (appID, callerID) = (app.id, caller.sub)
         // Block lists and devices are never queued writes: only an earlier call's record is.
-        withStore({ store in
+        withStore(for: appID, { store in
             var needs = CallPrerequisites(devices: [:])
             if let earlierID { needs.earlier = try store.callSummary(id: earlierID, appID: appID)?.summary }
             (needs.blockedBy, needs.devices) = try store.ringList(callerID, callees: callees, appID: appID)
@@ -60,8 +69,8 @@ extension Hub {
                     logger.error("call setup read failed", ["app": appID, "error": "\(error)"])
                     throw .storeRead(error, reading: "the callees' devices")
                 }
-                answer(.success(try startCall(request, caller: caller, app: app, device: device, callees: callees, timeout: timeout,
-                    idempotency: idempotency, needs: needs, setup: setup)))
+                answer(.success(try startCall(request, caller: caller, app: app, device: device, seat: seat, callees: callees,
+                    timeout: timeout, idempotency: idempotency, needs: needs, setup: setup)))
             } catch { answer(.failure(error)) }
         }
     }
@@ -76,8 +85,8 @@ extension Hub {
 
     /// `createCall` on the loop once the store answered: the checks that need it, then the call.
     private func startCall(
-        _ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?, callees: [String], timeout: Int,
-        idempotency: String?, needs: CallPrerequisites, setup: CallSetupClock
+        _ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?, seat: String?, callees: [String],
+        timeout: Int, idempotency: String?, needs: CallPrerequisites, setup: CallSetupClock
     ) throws(ErrorBody) -> JSONValue {
         // The same key again (a request that raced this one may have made the call meanwhile).
         if let idempotency, let existing = callIdempotency[idempotency], let call = calls[existing] { return describe(call) }
@@ -108,13 +117,13 @@ extension Hub {
             media = .room("call-" + id)
         }
         let state = CallState(
-            id: id, appID: app.id, caller: caller.sub, callerDevice: device, callees: callees, inCall: inCall,
+            id: id, appID: app.id, caller: caller.sub, callerDevice: device, callerSeat: seat, callees: callees, inCall: inCall,
             busyPolicy: request.busyPolicy ?? .reject, connected: connected,
             phones: needs.devices.mapValues { $0.compactMap(Self.phone) }, now: now, nowMillis: wallMillis, ringTimeout: .seconds(timeout))
         let call = ActiveCall(
             state: state, request: request, media: media,
-            callerName: String((request.callerName ?? caller.name ?? caller.sub).prefix(256)),
-            handle: String((request.handle ?? caller.sub).prefix(256)), topic: app.bundleID, devices: needs.devices)
+            callerName: request.callerName ?? caller.name ?? caller.sub, handle: request.handle ?? caller.handle ?? caller.sub, topic: app.bundleID,
+            allowedTopics: Set(app.bundleIDs), devices: needs.devices)
         calls[id] = call
         if let idempotency { callIdempotency[idempotency] = id }
         // The call's room is made at its first join (admitToCallRoom) and closed when it ends.
@@ -123,6 +132,13 @@ extension Hub {
         metrics.increment("switchboard_calls_total")
         logger.info("call created", ["call": id, "app": app.id, "caller": caller.sub, "callees": callees.joined(separator: ",")])
 
+        let duration = Duration.seconds(configuration.limits.maxCallDurationSeconds)
+        call.durationTimer = scheduler?.schedule(after: duration) { [weak self, weak call] in
+            guard let self, let call, calls[call.state.id] === call else { return }
+            call.durationTimer = nil
+            logger.info("call ended at its maximum duration", ["call": call.state.id])
+            perform(call, call.state.endByServer(reason: "max_duration", nowMillis: wallMillis))
+        }
         perform(call, call.state.start(nowMillis: wallMillis), setup: setup)
         setup.end()
         return describe(call)
@@ -139,9 +155,12 @@ extension Hub {
         guard !callees.isEmpty, callees.count <= limits.maxCallees else {
             throw ErrorBody(.badRequest, "callees must name 1 to \(limits.maxCallees) users")
         }
-        guard callees.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 256 }), !callees.contains(caller) else {
-            throw ErrorBody(.badRequest, "callees are other users' identities (1-256 bytes)")
+        guard callees.allSatisfy({ !$0.isEmpty && $0.utf8.count <= FieldLimits.identity }), !callees.contains(caller) else {
+            throw ErrorBody(.badRequest, "callees are other users' identities (1-\(FieldLimits.identity) bytes)")
         }
+        try FieldLimits.check(request.callerName, field: "caller_name", limit: FieldLimits.displayName)
+        try FieldLimits.check(request.handle, field: "handle", limit: FieldLimits.handle)
+        try FieldLimits.check(request.idempotencyKey, field: "idempotency_key", limit: FieldLimits.idempotencyKey)
         let timeout = request.ringTimeoutSeconds ?? limits.ringTimeoutSeconds
         guard (5...180).contains(timeout) else { throw ErrorBody(.badRequest, "ring_timeout_seconds must be 5 to 180") }
         if let metadata = request.metadata { try checkSize(metadata, what: "metadata", limit: limits.maxDataBytes) }
@@ -197,7 +216,7 @@ extension Hub {
     /// say, anyone else is refused (admin grant included).
     func admitToCallRoom(_ key: RoomKey, session: Session) throws(ErrorBody) {
         guard session.claims.grants.call == true, let callID = callRooms[key], let call = calls[callID],
-            call.state.admitToRoom(identity: session.identity, device: session.deviceKey)
+            call.state.admitToRoom(identity: session.identity, device: session.deviceKey, seat: session.peerID)
         else { throw Self.callRoomRefusal(key.name) }
         guard rooms.room(key) == nil else { return }
         do {
@@ -205,25 +224,34 @@ extension Hub {
         } catch { throw error.body }
     }
 
-    /// `call.answer`, `call.decline`, `call.cancel`, `call.end`, `call.ack` by `identity` from
-    /// `device` (nil: over REST without naming a device).
+    /// `call.answer`, `call.decline`, `call.cancel`, `call.end`, `call.ack` by the holder of
+    /// `claims` from `device` (nil: over REST without naming a device). Each needs the `call`
+    /// grant, as placing a call does.
     func callAction(
-        _ type: String, _ request: CallActionRequest, identity: String, app: App, device: String?,
+        _ type: String, _ request: CallActionRequest, claims: AccessTokenClaims, app: App, device: String?, seat: String? = nil,
         answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
     ) {
+        guard claims.grants.call == true else { return answer(.failure(Self.callGrantNeeded)) }
+        do throws(ErrorBody) {
+            try FieldLimits.check(request.callID, field: "call_id", limit: FieldLimits.callID)
+            try FieldLimits.check(request.reason, field: "reason", limit: FieldLimits.reason)
+        } catch { return answer(.failure(error)) }
         guard let call = calls[request.callID], call.state.appID == app.id else {
-            return refuseForCallNotLive(request.callID, identity: identity, app: app, answer: answer)
+            return refuseForCallNotLive(request.callID, identity: claims.sub, app: app, answer: answer)
         }
-        do throws(ErrorBody) { answer(.success(try act(type, request, on: call, identity: identity, device: device))) } catch {
+        do throws(ErrorBody) { answer(.success(try act(type, request, on: call, identity: claims.sub, device: device, seat: seat))) } catch {
             answer(.failure(error))
         }
     }
+
+    /// The refusal of a call request from a token without the `call` grant.
+    static let callGrantNeeded = ErrorBody(.forbidden, "your token has no call grant")
 
     /// The refusal of a request about a call not live here: `call_ended` to a participant once
     /// the store shows the call (it ended), else `call_not_found`.
     private func refuseForCallNotLive(_ id: String, identity: String, app: App, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
         let appID = app.id
-        withStore({ try $0.callSummary(id: id, appID: appID) }) { result in
+        withStore(for: appID, { try $0.callSummary(id: id, appID: appID) }) { result in
             if case .success(let stored?) = result, stored.caller == identity || stored.callees.contains(identity) {
                 answer(.failure(CallError.ended.body))
             } else if case .failure(let error) = result, Store.storageProblem(of: error) != nil {
@@ -234,47 +262,59 @@ extension Hub {
         }
     }
 
-    private func act(_ type: String, _ request: CallActionRequest, on call: ActiveCall, identity: String, device: String?) throws(ErrorBody) -> JSONValue {
+    /// One action on a live call: the call decides; what it accepted is traced (nothing a
+    /// refused request says is recorded), then its effects are carried out.
+    private func act(
+        _ type: String, _ request: CallActionRequest, on call: ActiveCall, identity: String, device: String?, seat: String?
+    ) throws(ErrorBody) -> JSONValue {
         let nowMillis = wallMillis
         let effects: [CallState.Effect]
+        /// The trace entry the accepted action leaves, if any.
+        var traced: (event: String, detail: [String: JSONValue]?)?
+        let wasRinging = call.state.status[identity] == .ringing
         do {
             switch type {
-            case MessageType.callAnswer: effects = try call.state.answer(by: identity, device: device, nowMillis: nowMillis)
+            case MessageType.callAnswer:
+                effects = try call.state.answer(by: identity, device: device, seat: seat, nowMillis: nowMillis)
+                traced = ("answered", nil)
             case MessageType.callDecline where request.reason == "filtered":
                 // The phone did not show the call (Do Not Disturb, Focus, block list): not a
                 // decline by the user; the user is unavailable once every device that rang is out.
-                store.trace(
-                    callID: call.state.id, user: identity, device: device ?? "rest", channel: "device", event: "filtered", atMillis: nowMillis,
-                    detail: ["filter": .string((request.filter ?? .unknown).rawValue)])
                 effects = try call.state.deviceOut(identity, device: device ?? "rest", nowMillis: nowMillis)
-            case MessageType.callDecline: effects = try call.state.decline(by: identity, device: device, nowMillis: nowMillis)
+                if wasRinging { traced = ("filtered", ["filter": .string((request.filter ?? .unknown).rawValue)]) }
+            case MessageType.callDecline:
+                effects = try call.state.decline(by: identity, device: device, nowMillis: nowMillis)
+                traced = ("declined", nil)
             case MessageType.callCancel: effects = try call.state.cancel(by: identity, nowMillis: nowMillis)
             case MessageType.callEnd:
                 effects = try call.state.end(by: identity, device: device, reason: request.reason, nowMillis: nowMillis)
+                traced = ("ended", nil)
             default:
                 guard call.state.callees.contains(identity) else { throw CallError.notParticipant }
-                store.trace(
-                    callID: call.state.id, user: identity, device: device ?? "rest", channel: "device", event: "ringing_shown",
-                    atMillis: nowMillis)
                 effects = call.state.reached(callee: identity)
+                if wasRinging { traced = ("ringing_shown", nil) }
             }
         } catch let error as CallError {
             throw error.body
         } catch {
             throw ErrorBody(.internal, "call action failed")
         }
-        if type == MessageType.callAnswer || (type == MessageType.callDecline && request.reason != "filtered") || type == MessageType.callEnd {
+        if let traced {
             store.trace(
-                callID: call.state.id, user: identity, device: device ?? "rest", channel: "device",
-                event: type == MessageType.callAnswer ? "answered" : type == MessageType.callDecline ? "declined" : "ended", atMillis: nowMillis)
+                callID: call.state.id, user: identity, device: device ?? "rest", channel: "device", event: traced.event, atMillis: nowMillis,
+                detail: traced.detail.map(JSONValue.object))
         }
         perform(call, effects)
         return describe(call)
     }
 
     /// `call.hold` (`POST /v1/calls/{id}/hold`): a participant of an answered call puts it on
-    /// hold or takes it off; the other participants hear `call.held`.
-    func holdCall(_ request: CallHoldRequest, identity: String, app: App, device: String?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+    /// hold or takes it off; the other participants hear `call.held`. Needs the `call` grant.
+    func holdCall(
+        _ request: CallHoldRequest, claims: AccessTokenClaims, app: App, device: String?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) {
+        guard claims.grants.call == true else { return answer(.failure(Self.callGrantNeeded)) }
+        let identity = claims.sub
         guard let call = calls[request.callID], call.state.appID == app.id else {
             return refuseForCallNotLive(request.callID, identity: identity, app: app, answer: answer)
         }
@@ -324,6 +364,39 @@ extension Hub {
             }
         }
         if !call.state.isRinging { call.ringing.stop() }
+        if !call.state.isEnded { checkAttendance(call) }
+    }
+
+    /// An answered call none of whose participants (the caller, the callees who answered) has
+    /// a session, connected or within its resume grace, ends `call_unattended_seconds` later
+    /// unless one comes back: phones that vanished mid-call do not leave it (and its users
+    /// busy) for ever. Called whenever the call or its participants' sessions change.
+    func checkAttendance(_ call: ActiveCall) {
+        let state = call.state
+        let attended = state.answeredAtMillis == nil || state.isEnded
+            || state.present.contains { !sessions.sessions(ofUser: Self.userKey(state.appID, $0)).isEmpty }
+        if attended {
+            if let timer = call.unattendedTimer { scheduler?.cancel(timer) }
+            call.unattendedTimer = nil
+            return
+        }
+        guard call.unattendedTimer == nil else { return }
+        call.unattendedTimer = scheduler?.schedule(after: .seconds(configuration.limits.callUnattendedSeconds)) { [weak self, weak call] in
+            guard let self, let call, calls[call.state.id] === call else { return }
+            call.unattendedTimer = nil
+            let state = call.state
+            guard !state.present.contains(where: { !sessions.sessions(ofUser: Self.userKey(state.appID, $0)).isEmpty }) else { return }
+            logger.info("call ended: nobody in it is connected", ["call": state.id])
+            perform(call, call.state.endByServer(reason: "unattended", nowMillis: wallMillis))
+        }
+    }
+
+    /// The sessions of `identity` changed (one opened, or one ended for good): its answered
+    /// calls check who is still in them.
+    func participantSessionsChanged(appID: String, identity: String) {
+        for id in answeredCallsByUser[Self.userKey(appID, identity)] ?? [] {
+            if let call = calls[id] { checkAttendance(call) }
+        }
     }
 
     /// An ended call leaves the registry, and its room closes: every member hears why, and
@@ -331,6 +404,8 @@ extension Hub {
     private func forget(_ call: ActiveCall) {
         let state = call.state
         call.ringing.stop()
+        for timer in [call.durationTimer, call.unattendedTimer, call.ringTimer].compactMap({ $0 }) { scheduler?.cancel(timer) }
+        (call.durationTimer, call.unattendedTimer, call.ringTimer) = (nil, nil, nil)
         calls.removeValue(forKey: state.id)
         for identity in [state.caller] + state.callees {
             let key = Self.userKey(state.appID, identity)

@@ -91,8 +91,11 @@ extension Hub {
         guard let token = type == .voip ? device.voipToken : device.apnsToken else { return }
         let state = call.state
         let plan = state.delivery(of: push, now: now)
+        // The topic is the app's bundle id, or another the operator allowed that the device
+        // registered with: never a client's string (a stored one from before is ignored).
+        let topic = device.bundleID.flatMap { call.allowedTopics.contains($0) ? $0 : nil } ?? call.topic
         let notification = PushNotification(
-            deviceToken: token, type: type, topic: device.bundleID ?? call.topic, payload: JSONText.serialize(payload(push, call)),
+            deviceToken: token, type: type, topic: topic, payload: JSONText.serialize(payload(push, call)),
             expiration: plan.expiresAtSeconds, collapseID: plan.collapseID)
         let callID = state.id
         let channel = type == .voip ? "voip_push" : "alert_push"
@@ -132,9 +135,11 @@ extension Hub {
         perform(call, call.state.pushAnswered(push, callee: callee, device: device, outcome: outcome, nowMillis: wallMillis))
     }
 
-    /// A device that comes online gets the calls ringing for its user.
+    /// A device that comes online gets the calls ringing for its user (only that user's live
+    /// calls are looked at, never every call).
     func offerRingingCalls(to session: Session) {
-        for call in calls.values where call.state.appID == session.app.id && call.state.ringingCallees.contains(session.identity) {
+        let live = (liveCallsByUser[Self.userKey(session.app.id, session.identity)] ?? []).sorted().compactMap { calls[$0] }
+        for call in live where call.state.ringingCallees.contains(session.identity) {
             call.state.rang(session.identity, devices: [session.deviceKey])
             delivery.deliver(OutgoingEvent(incoming(call)), toPeer: session.peerID)
             store.trace(

@@ -27,6 +27,9 @@ public struct ServerConfiguration: Sendable {
     public var publicURL: String?
     /// Serve `POST /v1/dev/tokens`, which issues tokens without the app secret. Development only.
     public var devTokens = false
+    /// When set, `GET /metrics` answers only `Authorization: Bearer <this>` (401 otherwise).
+    /// Never logged.
+    public var metricsToken: String?
     /// Web origins whose pages may call the REST API (CORS); `*` for any. Empty: none.
     public var corsOrigins: [String] = []
     /// TURN and STUN servers handed to clients.
@@ -43,7 +46,7 @@ public struct ServerConfiguration: Sendable {
 
     /// Named limits; docs/configuration.md gives each one's meaning.
     public struct Limits: Sendable {
-        public var maxHeaderBytes = 8 * 1024
+        public var maxHeaderBytes = 16 * 1024
         public var maxBodyBytes = 1024 * 1024
         public var maxMessageBytes = 64 * 1024
         public var echoMaxMessageBytes = 16 * 1024 * 1024 + 1024
@@ -64,6 +67,14 @@ public struct ServerConfiguration: Sendable {
         public var messageBurst = 200
         public var resumeGraceSeconds = 20
         public var resumeBufferEvents = 256
+        /// Bytes of recent events kept per session for replay (never more than a connection's
+        /// send queue takes at once).
+        public var resumeBufferBytes = 512 * 1024
+        /// How long before a session's token expires the server sends `session.expiring`.
+        public var tokenExpiryWarningSeconds = 60
+        /// How often the apps are read again (other processes' changes), and how long an
+        /// unknown API key is remembered as unknown.
+        public var appRefreshSeconds = 10
         public var ringTimeoutSeconds = 45
         public var maxCallees = 16
         /// Devices one user may register (each is rung for every call to them).
@@ -84,6 +95,18 @@ public struct ServerConfiguration: Sendable {
         /// Calls being set up at once (their reads in the store's queue); past it new ones are
         /// refused at once instead of queueing without bound.
         public var maxPendingCallSetups = 256
+        /// Ordinary rooms one identity may create per minute (REST, or a join that creates).
+        public var roomsPerIdentityPerMinute = 30
+        /// Longest empty timeout a user token without the admin grant may give a room.
+        public var maxUserRoomEmptyTimeoutSeconds = 600
+        /// REST writes (devices, block lists) one user may make per minute.
+        public var writesPerUserPerMinute = 60
+        /// An answered call none of whose participants has a session this long ends.
+        public var callUnattendedSeconds = 60
+        /// Any call ends this long after it started.
+        public var maxCallDurationSeconds = 86_400
+        /// Request bodies buffered at once across every connection.
+        public var maxBufferedBodyBytes = 64 * 1024 * 1024
         public init() {}
     }
 
@@ -193,6 +216,15 @@ public struct ServerConfiguration: Sendable {
         int("message_burst", "Messages a connection may send at once above the rate.", 1...1_000_000, \.limits.messageBurst),
         int("resume_grace_seconds", "A dropped session keeps its peer id and rooms this long.", 0...3600, \.limits.resumeGraceSeconds),
         int("resume_buffer_events", "Recent events kept per session for replay on resume.", 1...100_000, \.limits.resumeBufferEvents),
+        int(
+            "resume_buffer_bytes", "Bytes of recent events kept per session for replay (at most send_queue_bytes less 16 KiB).",
+            1024...(256 << 20), \.limits.resumeBufferBytes),
+        int(
+            "token_expiry_warning_seconds", "How long before a session's token expires it gets session.expiring.", 0...86400,
+            \.limits.tokenExpiryWarningSeconds),
+        int(
+            "app_refresh_seconds", "How often the apps are read again, and how long an unknown API key stays unknown.", 1...3600,
+            \.limits.appRefreshSeconds),
         Setting(name: "dev_tokens", summary: "Serve POST /v1/dev/tokens (tokens without the secret; development only).", isFlag: true) { config, text in
             config.devTokens = try parseBool("dev_tokens", text)
         },
@@ -209,6 +241,13 @@ public struct ServerConfiguration: Sendable {
         },
         Setting(name: "stun_urls", summary: "Comma-separated STUN URLs handed to clients.") { config, text in
             config.stunURLs = list(text)
+        },
+        Setting(name: "metrics_token", summary: "A secret /metrics asks for as Authorization: Bearer (none: /metrics is public; never logged).") {
+            config, text in
+            guard text.isEmpty || text.utf8.count >= 16 else {
+                throw InvalidSetting(name: "metrics_token", value: "…", expected: "at least 16 characters")
+            }
+            config.metricsToken = text.isEmpty ? nil : text
         },
         Setting(name: "turn_secret", summary: "coturn's static-auth-secret for TURN credentials (never logged).") { config, text in
             config.turnSecret = text.isEmpty ? nil : text
@@ -241,6 +280,22 @@ public struct ServerConfiguration: Sendable {
         int("invites_per_minute", "Calls one user may start per minute.", 1...10_000, \.limits.invitesPerMinute),
         int("invites_per_pair_per_minute", "Calls one user may make to the same user per minute.", 1...10_000, \.limits.invitesPerPairPerMinute),
         int("max_pending_call_setups", "Calls being set up at once, waiting for the store; past it 503.", 1...100_000, \.limits.maxPendingCallSetups),
+        int(
+            "rooms_per_identity_per_minute", "Ordinary rooms one identity may create per minute (POST /v1/rooms, or a join that creates one).",
+            1...100_000, \.limits.roomsPerIdentityPerMinute),
+        int(
+            "max_user_room_empty_timeout_seconds", "Longest empty_timeout_seconds a user token without the admin grant may give a room.",
+            1...86400, \.limits.maxUserRoomEmptyTimeoutSeconds),
+        int(
+            "writes_per_user_per_minute", "REST writes (device and block-list changes) one user may make per minute.", 1...100_000,
+            \.limits.writesPerUserPerMinute),
+        int(
+            "call_unattended_seconds", "An answered call none of whose participants has a session (connected or resuming) this long ends.",
+            5...86400, \.limits.callUnattendedSeconds),
+        int("max_call_duration_seconds", "Any call ends this long after it started.", 60...(7 * 86400), \.limits.maxCallDurationSeconds),
+        int(
+            "max_buffered_body_bytes", "Request bodies held at once across all connections, before credentials are checked; past it 503.",
+            1 << 20...(4 << 30), \.limits.maxBufferedBodyBytes),
     ]
 
     private static func list(_ text: String) -> [String] {
@@ -252,6 +307,18 @@ public struct ServerConfiguration: Sendable {
         case "1", "true", "yes", "on": return true
         case "0", "false", "no", "off": return false
         default: throw InvalidSetting(name: name, value: text, expected: "true or false")
+        }
+    }
+
+    /// Settings that each hold but do not fit together: a request head must be able to carry
+    /// the longest token the server accepts (in the query of `/v1/ws`, or a header), and a
+    /// session's replay must fit a connection's send queue.
+    public func validate() throws {
+        let head = limits.maxHeaderBytes, token = limits.maxTokenBytes
+        guard head >= token + 1024 else {
+            throw InvalidSetting(
+                name: "max_header_bytes", value: String(head),
+                expected: "at least max_token_bytes + 1024 (\(token + 1024)), so that a request head can carry the longest token accepted")
         }
     }
 
@@ -290,7 +357,10 @@ public struct ServerConfiguration: Sendable {
             "message_burst": String(limits.messageBurst),
             "resume_grace_seconds": String(limits.resumeGraceSeconds),
             "resume_buffer_events": String(limits.resumeBufferEvents),
-            "dev_tokens": "false", "cors_origins": "none", "turn_urls": "none", "stun_urls": "none", "turn_secret": "none",
+            "resume_buffer_bytes": String(limits.resumeBufferBytes),
+            "token_expiry_warning_seconds": String(limits.tokenExpiryWarningSeconds),
+            "app_refresh_seconds": String(limits.appRefreshSeconds),
+            "dev_tokens": "false", "cors_origins": "none", "metrics_token": "none", "turn_urls": "none", "stun_urls": "none", "turn_secret": "none",
             "turn_ttl_seconds": String(defaults.turnTTLSeconds),
             "apns_url": "Apple's hosts", "apns_ca_file": "none",
             "ring_timeout_seconds": String(limits.ringTimeoutSeconds), "max_callees": String(limits.maxCallees),
@@ -305,6 +375,12 @@ public struct ServerConfiguration: Sendable {
             "invites_per_minute": String(limits.invitesPerMinute),
             "max_pending_call_setups": String(limits.maxPendingCallSetups),
             "invites_per_pair_per_minute": String(limits.invitesPerPairPerMinute),
+            "rooms_per_identity_per_minute": String(limits.roomsPerIdentityPerMinute),
+            "max_user_room_empty_timeout_seconds": String(limits.maxUserRoomEmptyTimeoutSeconds),
+            "writes_per_user_per_minute": String(limits.writesPerUserPerMinute),
+            "call_unattended_seconds": String(limits.callUnattendedSeconds),
+            "max_call_duration_seconds": String(limits.maxCallDurationSeconds),
+            "max_buffered_body_bytes": String(limits.maxBufferedBodyBytes),
         ]
     }
 
@@ -341,6 +417,7 @@ public struct ServerConfiguration: Sendable {
         var options = HTTPServer.Options(host: host, port: port)
         options.maxHeaderBytes = limits.maxHeaderBytes
         options.maxBodyBytes = limits.maxBodyBytes
+        options.maxBufferedBodyBytes = limits.maxBufferedBodyBytes
         options.maxMessageBytes = limits.maxMessageBytes
         options.maxMessageBytesByTag = [Gateway.Endpoint.echo.rawValue: limits.echoMaxMessageBytes]
         options.maxReceiveBytesPerSecond = limits.maxReceiveBytesPerSecond

@@ -21,6 +21,9 @@ extension Hub {
         if !session.rooms.contains(request.room) && session.rooms.count >= configuration.limits.maxRoomsPerPeer {
             throw ErrorBody(.rateLimited, "a peer may be in at most \(configuration.limits.maxRoomsPerPeer) rooms")
         }
+        if rooms.room(key) == nil && !Self.isCallRoomName(request.room) {
+            try admitRoomCreation(app: session.app, identity: session.identity)
+        }
         var peer = session.description
         peer.metadata = request.metadata
         let joined: (room: RoomDirectory.Room, others: [PeerDescription], effects: [RoomDirectory.Effect])
@@ -105,6 +108,14 @@ extension Hub {
         data.append(contentsOf: request.signal)
         data.append(0x7D)
         delivery.deliver(OutgoingEvent(type: MessageType.signal, data: .encoded(data)), toPeer: recipient)
+    }
+
+    /// Counts an ordinary room `identity` creates against `rooms_per_identity_per_minute`; past
+    /// it the creation is refused with `rate_limited`.
+    func admitRoomCreation(app: App, identity: String) throws(ErrorBody) {
+        if let wait = roomCreations.admit(Self.userKey(app.id, identity), now: now) {
+            throw ErrorBody(.rateLimited, "too many new rooms (rooms_per_identity_per_minute); retry in \(wait) s")
+        }
     }
 
     // MARK: Admin (REST)

@@ -8,16 +8,25 @@ extension Hub {
     // MARK: Connections
 
     /// A connection authenticated as `claims` opened; starts or resumes its session.
-    func connected(_ connection: ConnectionID, claims: AccessTokenClaims, app: App, resume: ResumeRequest?, deviceID: String?) {
+    /// `secretTag`: which of the app's secrets signed the token (`secretTag(_:)`).
+    func connected(
+        _ connection: ConnectionID, claims: AccessTokenClaims, app: App, resume: ResumeRequest?, deviceID: String?, secretTag: String = ""
+    ) {
         metrics.increment("switchboard_connections_total")
         metrics.add("switchboard_connections", 1)
         var resumeFailed = false
         if let resume {
             if let session = sessions.session(resumeToken: resume.token), session.app.id == app.id, session.identity == claims.sub {
-                if let missed = session.log.events(after: resume.lastSequence, newest: session.lastSequence) {
+                if let missed = session.log.events(after: resume.lastSequence, newest: session.lastSequence),
+                    missed.reduce(0, { $0 + $1.count }) <= replayBudget
+                {
+                    session.secretTag = secretTag
                     reattach(session, to: connection, claims: claims, replay: missed, from: resume.lastSequence + 1)
                     return
                 }
+                // Events it missed are no longer kept, or more than one connection's send queue
+                // holds: a fresh session (rooms joined again) instead of a replay that would be
+                // dropped as a slow consumer before it arrives, again at every retry.
                 logger.info("resume impossible, events lost", ["peer": session.peerID])
                 end(session, reason: .disconnected)
             }
@@ -26,17 +35,114 @@ extension Hub {
         }
         let limits = configuration.limits
         let session = Session(
-            peerID: "p_" + RandomID.alphanumeric(16), app: app, claims: claims, resumeToken: RandomID.alphanumeric(32),
-            logCapacity: limits.resumeBufferEvents,
+            peerID: "p_" + RandomID.alphanumeric(16), app: app, claims: claims, secretTag: secretTag, resumeToken: RandomID.alphanumeric(32),
+            log: EventLog(capacity: limits.resumeBufferEvents, maxBytes: min(limits.resumeBufferBytes, replayBudget)),
             rate: TokenBucket(rate: limits.messagesPerSecond, burst: limits.messageBurst, now: now))
         session.deviceID = deviceID
         sessions.add(session, on: connection)
+        armTokenTimer(session)
+        participantSessionsChanged(appID: app.id, identity: claims.sub)
         logger.debug("session opened", ["peer": session.peerID, "app": app.id, "identity": claims.sub, "conn": connection.description])
         let welcome = SessionWelcome(
             peerID: session.peerID, identity: claims.sub, resumeToken: session.resumeToken,
             serverTime: wallMillis, limits: sessionLimits, resumeFailed: resumeFailed)
         sendControl(MessageType.sessionWelcome, welcome, to: session)
         offerRingingCalls(to: session)
+    }
+
+    /// The most a resume replays: what a connection's send queue holds (`send_queue_bytes`)
+    /// less room for `session.resumed` and a reply or two.
+    var replayBudget: Int { max(0, configuration.limits.sendQueueBytes - 16 * 1024) }
+
+    /// A short, one-way tag of an app secret: which one signed a session's token, kept without
+    /// keeping the secret.
+    static func secretTag(_ secret: String) -> String {
+        Crypto.sha256(Array(secret.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
+
+    // MARK: Token expiry
+
+    /// Arms the session's token timer: `session.expiring` `token_expiry_warning_seconds`
+    /// before the token's `exp` (at once for a token that lives less), then, unless a
+    /// `session.refresh` came, a close with 4003 once `exp` and the leeway have passed. A
+    /// session that is detached then simply waits: its resume needs a valid token anyway.
+    func armTokenTimer(_ session: Session) {
+        if let timer = session.tokenTimer { scheduler?.cancel(timer) }
+        let limits = configuration.limits
+        let exp = session.claims.exp
+        let closesAt = (exp + Int64(limits.tokenLeewaySeconds)) * 1000
+        let warnAt = (exp - Int64(limits.tokenExpiryWarningSeconds)) * 1000
+        session.tokenTimer = scheduler?.schedule(after: .milliseconds(max(0, warnAt - wallMillis))) { [weak self, weak session] in
+            guard let self, let session else { return }
+            if session.connection != nil {
+                sendControl(MessageType.sessionExpiring, SessionExpiring(expiresAt: exp, closesAt: closesAt), to: session)
+            }
+            session.tokenTimer = scheduler?.schedule(after: .milliseconds(max(0, closesAt - wallMillis))) { [weak self, weak session] in
+                guard let self, let session else { return }
+                session.tokenTimer = nil
+                closeForToken(session, reason: "access token expired")
+            }
+        }
+    }
+
+    /// Closes the session's connection with 4003: its token no longer holds. The session waits
+    /// its grace period, in which a fresh token resumes it.
+    func closeForToken(_ session: Session, reason: String) {
+        guard let connection = session.connection else { return }
+        logger.info("session token no longer valid", ["peer": session.peerID, "reason": reason])
+        metrics.increment("switchboard_disconnects_total", ["reason": "token_expired"])
+        output?.close(connection, code: CloseCode.tokenExpired, reason: reason)
+    }
+
+    /// `session.refresh {"access_token"}`: a fresh token of the same identity and app for the
+    /// open session; its expiry is counted from the new token.
+    func refreshToken(_ request: SessionRefresh, session: Session) throws(ErrorBody) -> Outcome {
+        let token: VerifiedToken
+        do { token = try tokens.verify(request.accessToken, now: Date(timeIntervalSince1970: Double(wallMillis) / 1000)) } catch {
+            throw ErrorBody(error.code, error.description)
+        }
+        guard token.app.id == session.app.id, token.claims.sub == session.identity else {
+            throw ErrorBody(.forbidden, "the token is for another identity or app than this session")
+        }
+        session.claims = token.claims
+        session.secretTag = token.secretTag
+        armTokenTimer(session)
+        return Outcome(reply: ["token_expires_at": .int(token.claims.exp)])
+    }
+
+    /// The apps were read again: a session whose token was signed by a secret its app no
+    /// longer accepts (a rotation's grace is over, or the secret was replaced at once) is closed
+    /// with 4003, like an expired one.
+    func appsRefreshed() {
+        let date = Date(timeIntervalSince1970: Double(wallMillis) / 1000)
+        var accepted: [String: Set<String>?] = [:]
+        for session in sessions.all where session.connection != nil {
+            let key = session.app.apiKey
+            if accepted[key] == nil {
+                if case .found(let app) = store.cachedApp(apiKey: key) {
+                    accepted[key] = Set(app.acceptedSecrets(at: date).map(Self.secretTag))
+                } else {
+                    accepted[key] = .some(nil)
+                }
+            }
+            guard let tags = accepted[key] ?? nil else { continue }
+            if !tags.contains(session.secretTag) { closeForToken(session, reason: "the app secret that signed the token was rotated") }
+        }
+    }
+
+    /// Reads the apps again every `app_refresh_seconds`, off the loop (apps made and secrets
+    /// rotated by `switchboard app …` in another process), then closes the sessions whose
+    /// secret is no longer accepted.
+    func refreshAppsPeriodically() {
+        _ = scheduler?.schedule(after: .seconds(configuration.limits.appRefreshSeconds)) { [weak self] in
+            guard let self else { return }
+            withStore(for: Store.appsLane, { try $0.refreshApps() }, afterQueuedWrites: false) { [weak self] result in
+                guard let self else { return }
+                if case .failure(let error) = result { logger.warning("reading the apps again failed", ["error": "\(error)"]) }
+                appsRefreshed()
+                refreshAppsPeriodically()
+            }
+        }
     }
 
     private var sessionLimits: SessionLimits {
@@ -50,13 +156,14 @@ extension Hub {
     private func reattach(_ session: Session, to connection: ConnectionID, claims: AccessTokenClaims, replay: [OutboundFrame], from: UInt64) {
         if let old = sessions.attach(session, to: connection) {
             // The old connection is still open (a half-dead socket): this one replaces it.
-            output?.close(old, code: 4001, reason: "replaced by a resumed connection")
+            output?.close(old, code: CloseCode.replaced, reason: "replaced by a resumed connection")
         }
         if let timer = session.graceTimer {
             scheduler?.cancel(timer)
             session.graceTimer = nil
         }
         session.claims = claims
+        armTokenTimer(session)
         metrics.increment("switchboard_resumes_total", ["outcome": "resumed"])
         logger.info("session resumed", ["peer": session.peerID, "conn": connection.description, "replayed": String(replay.count)])
         sendControl(MessageType.sessionResumed, SessionResumed(peerID: session.peerID, replayFrom: from, replayCount: replay.count), to: session)
@@ -86,6 +193,7 @@ extension Hub {
     /// Ends a session: it leaves its rooms (others hear `reason`) and can no longer be resumed.
     private func end(_ session: Session, reason: PeerLeftReason) {
         if let timer = session.graceTimer { scheduler?.cancel(timer) }
+        if let timer = session.tokenTimer { scheduler?.cancel(timer) }
         for name in session.rooms.sorted() {
             let key = RoomKey(appID: session.app.id, name: name)
             if let effects = try? rooms.leave(key, peerID: session.peerID, reason: reason) { apply(effects) }
@@ -94,6 +202,7 @@ extension Hub {
         if let connection = sessions.remove(session) {
             output?.close(connection, code: 1000, reason: "session ended")
         }
+        participantSessionsChanged(appID: session.app.id, identity: session.identity)
         logger.debug("session ended", ["peer": session.peerID, "reason": reason.rawValue])
     }
 }

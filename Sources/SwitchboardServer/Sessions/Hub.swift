@@ -20,6 +20,8 @@ final class Hub: @unchecked Sendable {
     }
 
     let store: Store
+    /// Checks the access tokens sessions refresh themselves with (and the gateway's).
+    let tokens: TokenChecker
     let push: any PushDispatching
     /// Every session of this process, however it is looked up.
     let sessions = SessionTable()
@@ -35,6 +37,8 @@ final class Hub: @unchecked Sendable {
     var invites: InvitePolicy
     /// Calls whose setup waits for the store (`max_pending_call_setups`).
     var pendingCallSetups = 0
+    /// Ordinary rooms each user creates (`rooms_per_identity_per_minute`).
+    var roomCreations: KeyedRateLimit
     /// When `callIdempotency` was last pruned.
     var lastPrune = ContinuousClock.now
 
@@ -57,6 +61,7 @@ final class Hub: @unchecked Sendable {
     init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger, push: any PushDispatching) {
         self.configuration = configuration
         self.store = store
+        tokens = TokenChecker(configuration: configuration, store: store)
         self.metrics = metrics
         self.logger = logger
         self.push = push
@@ -67,6 +72,7 @@ final class Hub: @unchecked Sendable {
                 maxRoomsPerApp: limits.maxRoomsPerApp))
         turn = configuration.turnService
         invites = InvitePolicy(perCaller: limits.invitesPerMinute, perPair: limits.invitesPerPairPerMinute)
+        roomCreations = KeyedRateLimit(perMinute: limits.roomsPerIdentityPerMinute)
     }
 
     /// Every event to a session goes through here (the seam a cluster plugs into).
@@ -92,12 +98,14 @@ final class Hub: @unchecked Sendable {
     /// Runs `body` against the store off the hub's thread, after every write the hub queued
     /// before unless told it reads none of them (`Store.perform`), and continues with its result
     /// on the hub's thread: the hub never reads or writes the store itself.
+    /// `appID`: whose request it is; the store takes each app's requests in turn (`Store.perform`).
     func withStore<T: Sendable>(
-        _ body: @escaping @Sendable (Store) throws -> T, afterQueuedWrites: Bool = true, then: @escaping (Result<T, any Error>) -> Void
+        for appID: String, _ body: @escaping @Sendable (Store) throws -> T, afterQueuedWrites: Bool = true,
+        then: @escaping (Result<T, any Error>) -> Void
     ) {
         let then = LoopBound(then)
         let scheduler = self.scheduler
-        store.perform(body, afterQueuedWrites: afterQueuedWrites) { result in scheduler?.execute { then.value(result) } }
+        store.perform(body, afterQueuedWrites: afterQueuedWrites, lane: appID) { result in scheduler?.execute { then.value(result) } }
     }
 
     /// Sessions attached to a connection or waiting in their grace period.
@@ -179,19 +187,22 @@ final class Hub: @unchecked Sendable {
         switch type {
         case MessageType.ping: return Outcome(reply: ["server_time": .int(wallMillis)])
         case MessageType.sessionInfo: return Outcome(reply: info(of: session))
+        case MessageType.sessionRefresh: return try refreshToken(decodeData(object), session: session)
         case MessageType.roomJoin: return try join(decodeData(object), session: session)
         case MessageType.roomLeave: return try leave(decodeData(object), session: session)
         case MessageType.signal: return try signal(object, from: session)
         case MessageType.data: return try data(object, from: session)
         case MessageType.roomSetMetadata: return try setMetadata(decodeData(object), session: session)
         case MessageType.callCreate:
-            createCall(try decodeData(object), caller: session.claims, app: session.app, device: session.deviceKey, answer: answer)
+            createCall(try decodeData(object), caller: session.claims, app: session.app, device: session.deviceKey, seat: session.peerID, answer: answer)
             return .later
         case MessageType.callAnswer, MessageType.callDecline, MessageType.callCancel, MessageType.callEnd, MessageType.callAck:
-            callAction(type, try decodeData(object), identity: session.identity, app: session.app, device: session.deviceKey, answer: answer)
+            callAction(
+                type, try decodeData(object), claims: session.claims, app: session.app, device: session.deviceKey, seat: session.peerID,
+                answer: answer)
             return .later
         case MessageType.callHold:
-            holdCall(try decodeData(object), identity: session.identity, app: session.app, device: session.deviceKey, answer: answer)
+            holdCall(try decodeData(object), claims: session.claims, app: session.app, device: session.deviceKey, answer: answer)
             return .later
         default:
             throw ErrorBody(.unknownType, "unknown message type '\(type.prefix(64))'")

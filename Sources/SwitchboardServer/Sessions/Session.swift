@@ -20,6 +20,11 @@ final class Session {
     /// Names of the rooms it is in.
     var rooms: Set<String> = []
     var graceTimer: TimerID?
+    /// The timer of the token's expiry: first the warning (`session.expiring`), then the close.
+    var tokenTimer: TimerID?
+    /// Which app secret signed its token (`Hub.secretTag`): once the app no longer accepts
+    /// that secret (a rotation's grace is over), the connection is closed.
+    var secretTag: String
     var rate: TokenBucket
     /// The registered device this connection belongs to (`device_id` on `/v1/ws`), if any.
     var deviceID: String?
@@ -27,12 +32,15 @@ final class Session {
     /// How call events address this connection's device.
     var deviceKey: String { deviceID ?? "session:" + peerID }
 
-    init(peerID: String, app: App, claims: AccessTokenClaims, resumeToken: String, logCapacity: Int, rate: TokenBucket) {
+    init(
+        peerID: String, app: App, claims: AccessTokenClaims, secretTag: String, resumeToken: String, log: EventLog, rate: TokenBucket
+    ) {
         self.peerID = peerID
         self.app = app
         self.claims = claims
+        self.secretTag = secretTag
         self.resumeToken = resumeToken
-        log = EventLog(capacity: logCapacity)
+        self.log = log
         self.rate = rate
     }
 
@@ -43,21 +51,31 @@ final class Session {
     }
 }
 
-/// The last events sent on a session, by `seq`, for replay after a reconnect.
+/// The last events sent on a session, by `seq`, for replay after a reconnect: at most
+/// `capacity` of them (`resume_buffer_events`) and `maxBytes` of their frames
+/// (`resume_buffer_bytes`), the oldest dropped first.
 struct EventLog {
     let capacity: Int
+    let maxBytes: Int
     private var entries: [(seq: UInt64, frame: OutboundFrame)] = []
     private var head = 0
+    /// The bytes of the frames kept.
+    private(set) var bytes = 0
 
-    init(capacity: Int) {
+    init(capacity: Int, maxBytes: Int) {
         self.capacity = capacity
+        self.maxBytes = maxBytes
     }
 
     var count: Int { entries.count - head }
 
     mutating func append(seq: UInt64, frame: OutboundFrame) {
         entries.append((seq, frame))
-        if count > capacity { head += 1 }
+        bytes += frame.count
+        while count > capacity || (bytes > maxBytes && count > 0) {
+            bytes -= entries[head].frame.count
+            head += 1
+        }
         if head > 64 && head * 2 > entries.count {
             entries.removeFirst(head)
             head = 0

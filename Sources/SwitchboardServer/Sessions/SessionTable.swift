@@ -13,6 +13,8 @@ final class SessionTable {
     var count: Int { byPeer.count }
 
     func session(peerID: String) -> Session? { byPeer[peerID] }
+    /// Every session, attached or not.
+    var all: Dictionary<String, Session>.Values { byPeer.values }
     func session(on connection: ConnectionID) -> Session? { byConnection[connection] }
     func session(resumeToken: String) -> Session? { byResumeToken[resumeToken] }
 

@@ -61,6 +61,14 @@ extension Store {
     /// Registers (or updates) a device; a new one past `limit` devices for its user is refused.
     /// A token registered by another user or device moves here; a rotated token replaces the old one.
     public func register(_ device: Device, limit: Int = .max) throws {
+        // A registration past the limit is refused by a read: it never waits for, or takes, the
+        // single writer (checked again in the write, which another registration may race).
+        let others = try read { database in
+            try database.query(
+                "SELECT COUNT(*) FROM devices WHERE app_id = ? AND user_id = ? AND device_id != ?",
+                [.text(device.appID), .text(device.userID), .text(device.deviceID)])
+        }
+        if let count = others.first?[0].int64, count >= Int64(limit) { throw DeviceLimitReached(limit: limit) }
         _ = try write { database in
             let others = try database.query(
                 "SELECT COUNT(*) FROM devices WHERE app_id = ? AND user_id = ? AND device_id != ?",

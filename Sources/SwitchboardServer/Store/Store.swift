@@ -124,6 +124,13 @@ public final class Store: Sendable {
         ALTER TABLE calls ADD COLUMN owner TEXT;
         CREATE INDEX calls_live ON calls (state, owner);
         """,
+        // 6: the secret a rotation replaced, accepted until its grace period ends; the other
+        // bundle ids the operator allows the app's devices (APNs topics).
+        """
+        ALTER TABLE apps ADD COLUMN previous_secret TEXT;
+        ALTER TABLE apps ADD COLUMN previous_secret_until INTEGER;
+        ALTER TABLE apps ADD COLUMN extra_bundle_ids TEXT;
+        """,
     ]
 
     /// Which database the store runs on.
@@ -145,12 +152,20 @@ public final class Store: Sendable {
         /// for the next commit, so that it joins one somebody waits for (`store_commit_delay_ms`;
         /// 0 commits each turn at once).
         public var commitDelayMillis = 5
+        /// How long the server trusts its memory of the apps: it reads them all again this
+        /// often, and an API key looked up and not found counts as unknown this long
+        /// (`app_refresh_seconds`).
+        public var appRefreshSeconds = 10
 
-        public init(backlogWrites: Int = 10_000, poolSize: Int = 4, statementTimeoutMillis: Int = 5_000, commitDelayMillis: Int = 5) {
+        public init(
+            backlogWrites: Int = 10_000, poolSize: Int = 4, statementTimeoutMillis: Int = 5_000, commitDelayMillis: Int = 5,
+            appRefreshSeconds: Int = 10
+        ) {
             self.backlogWrites = backlogWrites
             self.poolSize = max(2, poolSize)
             self.statementTimeoutMillis = statementTimeoutMillis
             self.commitDelayMillis = max(0, commitDelayMillis)
+            self.appRefreshSeconds = max(1, appRefreshSeconds)
         }
     }
 
@@ -187,10 +202,11 @@ public final class Store: Sendable {
     /// Where `perform` runs the server's requests, in the order they came, one per read
     /// connection: threads of their own (never the event loop, nor a shared pool, which grows
     /// a thread only milliseconds after one blocks).
-    private let requests: WorkerThreads
-    private let apps = Locked<[String: App]>([:])
+    let requests: WorkerThreads
+    /// Every app, in memory, with the API keys known not to exist (`Store+Apps`).
+    let apps = Locked(AppCache())
     private let metrics: Metrics?
-    private let logger: Logger
+    let logger: Logger
 
     /// Writes the storage refused (disk full, read-only), in order, and why. While it holds any,
     /// or `problem` is set, the store is not writable; a retry every second drains it.
@@ -212,8 +228,16 @@ public final class Store: Sendable {
         directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), limits: Limits = Limits(),
         owner: String = "p_" + RandomID.alphanumeric(12)
     ) throws {
-        try Files.createDirectory(directory)
+        // The file holds every app's secret and APNs key: its directory and it (and the WAL and
+        // shared-memory files SQLite makes with its permissions) are the owner's only.
+        if try Files.createPrivateDirectory(directory) {
+            logger.warning("the data directory was readable by others: made private to its owner", ["data_dir": directory])
+        }
         let path = (directory as NSString).appendingPathComponent("switchboard.db")
+        try Files.createPrivateFile(path)
+        for file in [path, path + "-wal", path + "-shm"] where try Files.makePrivate(file, mode: 0o600) {
+            logger.warning("the store's file was readable by others: made private to its owner", ["file": file])
+        }
         let timeout = limits.statementTimeoutMillis
         do {
             try self.init(
@@ -265,7 +289,7 @@ public final class Store: Sendable {
         readers = try ReadPool(count: limits.poolSize - 1, open: openReader)
         requests = WorkerThreads(count: readers.count, name: "switchboard-store")
         writer = Locked(database)
-        apps.withLock { $0 = Dictionary(uniqueKeysWithValues: loaded.map { ($0.apiKey, $0) }) }
+        apps.withLock { $0.replaceAll(loaded) }
         // A store on a full or read-only disk opens (reads work) but takes no write: find out now.
         queue.sync {
             writer.withLock { database in
@@ -656,11 +680,15 @@ public final class Store: Sendable {
     /// written at once by `write`) passes `afterQueuedWrites: false` and does not wait for the
     /// commit in progress. The server reaches the store only through this from its event loop
     /// (`Hub.withStore`).
+    ///
+    /// `lane` (the app's id) keeps apps apart: each app's requests start in order, the apps take
+    /// turns, and one app never holds every request thread (`WorkerThreads`), so that a backlog
+    /// of one app's requests does not delay another app's call setup.
     public func perform<T: Sendable>(
-        _ body: @escaping @Sendable (Store) throws -> T, afterQueuedWrites: Bool = true,
+        _ body: @escaping @Sendable (Store) throws -> T, afterQueuedWrites: Bool = true, lane: String = "",
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
-        requests.submit { [self] in
+        requests.submit(lane: lane) { [self] in
             if afterQueuedWrites { flush() }
             completion(Result { try body(self) })
         }
@@ -718,48 +746,6 @@ public final class Store: Sendable {
                 return rows.compactMap { $0.first?.string }.joined(separator: "; ")
             }
         }
-    }
-
-    // MARK: Apps
-
-    /// Saves a new app.
-    public func insert(_ app: App) throws {
-        _ = try write { database in
-            try database.query(
-                "INSERT INTO apps (id, name, api_key, api_secret, bundle_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                [.text(app.id), .text(app.name), .text(app.apiKey), .text(app.apiSecret), .text(app.bundleID),
-                 .integer(Int64(app.createdAt.timeIntervalSince1970 * 1000))])
-        }
-        apps.withLock { $0[app.apiKey] = app }
-    }
-
-    /// The app with API key `apiKey`: from memory, else from the file (an app created by
-    /// another process, such as `switchboard app create`, while this one runs).
-    public func app(apiKey: String) -> App? {
-        if let cached = apps.withLock({ $0[apiKey] }) { return cached }
-        guard apiKey.utf8.count <= 128 else { return nil }
-        let found = (try? read { database in try database.query(Self.selectApps + " WHERE api_key = ?", [.text(apiKey)]) })?
-            .first.map(Self.app(from:))
-        if let found { apps.withLock { $0[apiKey] = found } }
-        return found
-    }
-
-    /// Every app, oldest first.
-    public func allApps() throws -> [App] {
-        try read { database in try database.query(Self.selectApps + " ORDER BY created_at, id").map(Self.app(from:)) }
-    }
-
-    private static let selectApps = "SELECT id, name, api_key, api_secret, bundle_id, created_at FROM apps"
-
-    private static func loadApps(_ database: any SQLDatabase) throws -> [App] {
-        try database.query(selectApps).map(app(from:))
-    }
-
-    private static func app(from row: [SQLValue]) -> App {
-        App(
-            id: row[0].string ?? "", name: row[1].string ?? "", apiKey: row[2].string ?? "",
-            apiSecret: row[3].string ?? "", bundleID: row[4].string ?? "",
-            createdAt: Date(timeIntervalSince1970: Double(row[5].int64 ?? 0) / 1000))
     }
 }
 

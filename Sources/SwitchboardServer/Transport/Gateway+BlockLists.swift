@@ -8,7 +8,7 @@ extension Gateway {
     /// `GET /v1/users/me/blocked`: the identities the user does not take calls from.
     func blockList(_ user: UserCredentials) -> RESTAnswer {
         let (appID, userID) = (user.app.id, user.identity)
-        return fromStore({ try $0.blocked(appID: appID, userID: userID) }) { [self] result throws(ErrorBody) in
+        return fromStore(for: appID, afterQueuedWrites: false, { try $0.blocked(appID: appID, userID: userID) }) { [self] result throws(ErrorBody) in
             switch result {
             case .success(let identities): return encoded(200, ["identities": identities])
             case .failure(let error):
@@ -23,8 +23,11 @@ extension Gateway {
         struct Body: Decodable { var identities: [String] }
         let identities = try decodeBody(rest, as: Body.self).identities
         guard identities.count <= 10_000 else { throw ErrorBody(.payloadTooLarge, "at most 10000 identities") }
+        for identity in identities { try FieldLimits.check(identity, field: "each identity", limit: FieldLimits.identity) }
+        // A long list costs more of the user's write allowance: one write per 1,000 entries.
+        try admitWrite(user, cost: 1 + Double(identities.count / 1000))
         let (appID, userID) = (user.app.id, user.identity)
-        return fromStore({ try $0.setBlocked(identities, appID: appID, userID: userID) }) { [self] result throws(ErrorBody) in
+        return fromStore(for: appID, { try $0.setBlocked(identities, appID: appID, userID: userID) }) { [self] result throws(ErrorBody) in
             if case .failure(let error) = result { throw storeFailure(error, saving: "the block list") }
             return HTTPResponse(status: 204)
         }

@@ -17,13 +17,15 @@ extension Gateway {
         guard !body.identity.isEmpty, body.identity.utf8.count <= 256 else {
             throw ErrorBody(.badRequest, "identity must be 1 to 256 bytes")
         }
-        if let name = body.name, name.utf8.count > 256 { throw ErrorBody(.badRequest, "name must be at most 256 bytes") }
+        try FieldLimits.check(body.name, field: "name", limit: FieldLimits.displayName)
+        try FieldLimits.check(body.handle, field: "handle", limit: FieldLimits.handle)
         let ttl = body.ttl ?? 3600
         guard (1...configuration.limits.maxTokenTTLSeconds).contains(ttl) else {
             throw ErrorBody(.badRequest, "ttl must be 1 to \(configuration.limits.maxTokenTTLSeconds) seconds")
         }
         let claims = AccessTokenIssuer.claims(
-            apiKey: app.apiKey, identity: body.identity, name: body.name, grants: body.grants ?? Grants(), ttlSeconds: ttl)
+            apiKey: app.apiKey, identity: body.identity, name: body.name, handle: body.handle, grants: body.grants ?? Grants(),
+            ttlSeconds: ttl)
         let token = AccessTokenVerifier.sign(claims, secret: app.apiSecret)
         logger.info("token issued", ["app": app.id, "identity": body.identity, "ttl": String(ttl)])
         return .now(encoded(201, TokenResponse(token: token, expiresAt: claims.exp, identity: claims.sub)))
@@ -40,13 +42,13 @@ extension Gateway {
         guard !body.identity.isEmpty, body.identity.utf8.count <= 256, (body.name?.utf8.count ?? 0) <= 256 else {
             throw ErrorBody(.badRequest, "identity must be 1 to 256 bytes")
         }
-        return fromStore({ try $0.allApps().first }) { [self] result throws(ErrorBody) in
+        return fromStore(for: "", { try $0.allApps().first }) { [self] result throws(ErrorBody) in
             guard let app = try result.mapError({ ErrorBody.storeRead($0, reading: "the apps") }).get() else {
                 throw ErrorBody(.notFound, "there is no app yet")
             }
             let claims = AccessTokenIssuer.claims(
                 apiKey: app.apiKey, identity: body.identity, name: body.name,
-                grants: Grants(room: "*", roomJoin: true, call: true), ttlSeconds: 6 * 3600)
+                grants: Grants(room: "*", roomJoin: true, call: true), ttlSeconds: min(6 * 3600, configuration.limits.maxTokenTTLSeconds))
             logger.info("development token issued", ["app": app.id, "identity": body.identity])
             let token = AccessTokenVerifier.sign(claims, secret: app.apiSecret)
             return encoded(201, TokenResponse(token: token, expiresAt: claims.exp, identity: body.identity))

@@ -24,13 +24,17 @@ extension Gateway {
         guard let environment = APNsEnvironment(rawValue: body.environment ?? "production") else {
             throw ErrorBody(.badRequest, "environment is sandbox or production")
         }
+        if let bundleID = body.bundleID, !App.isWellFormedBundleID(bundleID) {
+            throw ErrorBody(.badRequest, "bundle_id must look like com.example.app (at most \(FieldLimits.bundleID) bytes)")
+        }
+        try FieldLimits.check(body.appVersion, field: "app_version", limit: FieldLimits.appVersion)
         return (body, environment)
     }
 
     /// `GET /v1/devices`: the user's devices, tokens redacted.
     func listDevices(_ user: UserCredentials) -> RESTAnswer {
         let (appID, userID) = (user.app.id, user.identity)
-        return fromStore({ try $0.devices(appID: appID, userID: userID) }) { [self] result throws(ErrorBody) in
+        return fromStore(for: appID, afterQueuedWrites: false, { try $0.devices(appID: appID, userID: userID) }) { [self] result throws(ErrorBody) in
             switch result {
             case .success(let devices): return encoded(200, ["devices": JSONValue.array(devices.map(\.redacted))])
             case .failure(let error):
@@ -44,16 +48,22 @@ extension Gateway {
     /// `max_devices_per_user` of them.
     func registerDevice(_ rest: RESTRequest, _ user: UserCredentials) throws(ErrorBody) -> RESTAnswer {
         let deviceID = rest["device_id"]
-        guard deviceID.utf8.count <= 128, !deviceID.isEmpty else { throw ErrorBody(.badRequest, "device id is 1-128 bytes") }
+        try FieldLimits.check(deviceID, field: "device id", limit: FieldLimits.deviceID)
         let (body, environment) = try Self.checkDeviceRegistration(rest.http.body, decoder: decoder)
         let (app, userID) = (user.app, user.identity)
+        // The bundle id is the device's APNs topic: only one the app's operator set up.
+        if let bundleID = body.bundleID, !app.bundleIDs.contains(bundleID) {
+            throw ErrorBody(
+                .badRequest, "bundle_id must be the app's bundle id (\(app.bundleIDs.joined(separator: ", "))); leave it out to use the app's")
+        }
         let device = Device(
             appID: app.id, userID: userID, deviceID: deviceID, platform: body.platform, voipToken: body.voipToken?.lowercased(),
             apnsToken: body.apnsToken?.lowercased(), environment: environment, bundleID: body.bundleID ?? app.bundleID,
             callKitEnabled: body.callKitEnabled ?? (body.platform == "ios"), appVersion: body.appVersion,
             updatedAt: hub.wallMillis)
         let limit = configuration.limits.maxDevicesPerUser
-        return fromStore({ try $0.register(device, limit: limit) }) { [self] result throws(ErrorBody) in
+        try admitWrite(user)
+        return fromStore(for: app.id, { try $0.register(device, limit: limit) }) { [self] result throws(ErrorBody) in
             switch result {
             case .success:
                 logger.info("device registered", ["app": app.id, "identity": userID, "device": deviceID, "platform": device.platform])
@@ -67,9 +77,11 @@ extension Gateway {
     }
 
     /// `DELETE /v1/devices/{device_id}`.
-    func removeDevice(_ rest: RESTRequest, _ user: UserCredentials) -> RESTAnswer {
+    func removeDevice(_ rest: RESTRequest, _ user: UserCredentials) throws(ErrorBody) -> RESTAnswer {
         let (appID, userID, deviceID) = (user.app.id, user.identity, rest["device_id"])
-        return fromStore({ try $0.removeDevice(appID: appID, userID: userID, deviceID: deviceID) }) { [self] result throws(ErrorBody) in
+        try FieldLimits.check(deviceID, field: "device id", limit: FieldLimits.deviceID)
+        try admitWrite(user)
+        return fromStore(for: appID, { try $0.removeDevice(appID: appID, userID: userID, deviceID: deviceID) }) { [self] result throws(ErrorBody) in
             switch result {
             case .success(let removed):
                 guard removed else { throw ErrorBody(.notFound, "no such device") }

@@ -18,8 +18,17 @@ extension Gateway {
         return .now(json(200, ["status": "ready"]))
     }
 
-    /// `GET /metrics`: Prometheus' text format.
+    /// `GET /metrics`: Prometheus' text format; with `metrics_token`, only for its bearer.
     func metricsPage(_ rest: RESTRequest) -> RESTAnswer {
+        if let secret = configuration.metricsToken {
+            let given = bearerToken(rest.http.headers["authorization"]) ?? ""
+            guard Crypto.constantTimeEquals(Array(given.utf8), Array(secret.utf8)) else {
+                return .now(
+                    failure(
+                        ErrorBody(.unauthorized, "/metrics needs Authorization: Bearer <metrics_token>"),
+                        headers: [("www-authenticate", "Bearer realm=\"switchboard-metrics\"")]))
+            }
+        }
         metrics.set("switchboard_sessions", to: Double(hub.sessionCount))
         metrics.set("switchboard_open_connections", to: Double(server?.openConnections ?? 0))
         return .now(

@@ -73,13 +73,17 @@ extension Gateway {
         if let max = body.maxParticipants, !(2...256).contains(max) {
             throw ErrorBody(.badRequest, "max_participants must be 2 to 256")
         }
-        if let timeout = body.emptyTimeoutSeconds, !(1...86400).contains(timeout) {
-            throw ErrorBody(.badRequest, "empty_timeout_seconds must be 1 to 86400")
+        // A user's rooms linger empty a bounded time: a day-long empty room per request would
+        // let one user hold the app's room quota.
+        let longestTimeout = requester.isAdmin ? 86400 : configuration.limits.maxUserRoomEmptyTimeoutSeconds
+        if let timeout = body.emptyTimeoutSeconds, !(1...longestTimeout).contains(timeout) {
+            throw ErrorBody(.badRequest, "empty_timeout_seconds must be 1 to \(longestTimeout)")
         }
         let name = prefix + (prefix.isEmpty ? "r-" : "") + RandomID.alphanumeric(16)
         try Hub.validateRoomName(name)
         if Hub.isCallRoomName(name) { throw ErrorBody(.badRequest, "room names starting with call- are reserved for calls' rooms") }
         if let metadata = body.metadata { try hub.checkSize(metadata, what: "metadata") }
+        if case .user(let claims, let app) = requester { try hub.admitRoomCreation(app: app, identity: claims.sub) }
         return .now(encoded(201, try hub.createRoom(app: requester.app, name: name, request: body)))
     }
 }

@@ -20,13 +20,13 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     let store: Store
     let metrics: Metrics
     let logger: Logger
-    let verifier: AccessTokenVerifier
     private(set) weak var server: HTTPServer?
     let hub: Hub
-    private var authenticated: [ConnectionID: (AccessTokenClaims, App, Hub.ResumeRequest?, String?)] = [:]
+    private var authenticated: [ConnectionID: (VerifiedToken, Hub.ResumeRequest?, String?)] = [:]
     /// WebSocket connects per app and identity (`connects_per_identity_per_minute`). Loop thread only.
-    private var connectBuckets: [String: TokenBucket] = [:]
-    private var connectBucketsPruned = ContinuousClock.now
+    private var connectLimit: KeyedRateLimit
+    /// REST writes per app and user (`writes_per_user_per_minute`). Loop thread only.
+    private var writeLimit: KeyedRateLimit
     private var echoConnections: Set<ConnectionID> = []
     private(set) var draining = false
     private let staticFiles: StaticFiles
@@ -44,9 +44,8 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         store = hub.store
         self.metrics = metrics
         self.logger = logger
-        verifier = AccessTokenVerifier(
-            maxTokenBytes: configuration.limits.maxTokenBytes,
-            leewaySeconds: Int64(configuration.limits.tokenLeewaySeconds))
+        connectLimit = KeyedRateLimit(perMinute: configuration.limits.connectsPerIdentityPerMinute)
+        writeLimit = KeyedRateLimit(perMinute: configuration.limits.writesPerUserPerMinute)
         staticFiles = StaticFiles(root: configuration.webRoot)
         crossOrigin = CrossOriginPolicy(origins: configuration.corsOrigins)
     }
@@ -54,12 +53,25 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     func attach(to server: HTTPServer) {
         self.server = server
         hub.attach(output: server, scheduler: server.loop)
+        hub.refreshAppsPeriodically()
     }
 
     // MARK: HTTP
 
     func handle(_ request: HTTPRequest, on connection: ConnectionID) {
-        let started = DispatchTime.now().uptimeNanoseconds
+        serve(request, on: connection, started: DispatchTime.now().uptimeNanoseconds, lookedUp: false)
+    }
+
+    /// Answers `request`. Credentials naming an API key memory does not know are looked up
+    /// off the loop first (once: `lookedUp`), and the request is served when the store has
+    /// answered: the loop never reads the store.
+    private func serve(_ request: HTTPRequest, on connection: ConnectionID, started: UInt64, lookedUp: Bool) {
+        if !lookedUp, let key = apiKeyToLookUp(request) {
+            let scheduler = hub.scheduler
+            let retry = LoopBound { [weak self] in self?.serve(request, on: connection, started: started, lookedUp: true) }
+            store.lookUpApp(apiKey: key) { scheduler?.execute { retry.value() } }
+            return
+        }
         let route: String, answer: RESTAnswer
         let preflight = CrossOriginPolicy.isPreflight(request)
         if preflight {
@@ -138,10 +150,17 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         }
         switch request.path {
         case "/v1/ws":
-            let token = request.query["access_token"] ?? bearerToken(request.headers["authorization"]) ?? ""
+            if let key = apiKeyToLookUp(request) {
+                // The upgrade cannot wait for the store: the client tries again in a second,
+                // when memory knows the key (or knows it is unknown).
+                store.lookUpApp(apiKey: key) {}
+                metrics.increment("switchboard_connections_refused_total", ["reason": ErrorCode.unavailable.rawValue])
+                return .reject(
+                    failure(ErrorBody(.unavailable, "this API key is being looked up; retry in a second"), headers: [("Retry-After", "1")]))
+            }
             do throws(TokenError) {
-                let claims = try verifier.verify(token) { store.app(apiKey: $0)?.apiSecret }
-                guard let app = store.app(apiKey: claims.iss) else { throw TokenError.unknownIssuer }
+                let token = try verify(upgradeToken(request))
+                let (claims, app) = (token.claims, token.app)
                 if let wait = connectRefusal(app: app, identity: claims.sub) {
                     metrics.increment("switchboard_connections_refused_total", ["reason": ErrorCode.rateLimited.rawValue])
                     return .reject(
@@ -153,8 +172,12 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
                 if let resumeToken = request.query["resume_token"], !resumeToken.isEmpty {
                     resume = Hub.ResumeRequest(token: resumeToken, lastSequence: UInt64(request.query["last_seq"] ?? "") ?? 0)
                 }
-                let deviceID = request.query["device_id"].flatMap { $0.isEmpty || $0.utf8.count > 128 ? nil : $0 }
-                authenticated[connection] = (claims, app, resume, deviceID)
+                let deviceID: String?
+                do throws(ErrorBody) { deviceID = try Self.deviceParameter(request.query["device_id"]) } catch {
+                    metrics.increment("switchboard_connections_refused_total", ["reason": error.code.rawValue])
+                    return .reject(failure(error))
+                }
+                authenticated[connection] = (token, resume, deviceID)
                 return .accept(tag: Endpoint.signaling.rawValue)
             } catch {
                 metrics.increment("switchboard_connections_refused_total", ["reason": error.code.rawValue])
@@ -171,26 +194,22 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     /// Seconds to wait when `identity` has used up `connects_per_identity_per_minute`, else nil
     /// (and the connect is counted). Loop thread only.
     private func connectRefusal(app: App, identity: String) -> Int? {
-        let perMinute = configuration.limits.connectsPerIdentityPerMinute
-        let now = ContinuousClock.now
-        let key = app.id + "\u{0}" + identity
-        var bucket = connectBuckets[key] ?? TokenBucket(rate: Double(perMinute) / 60, burst: perMinute, now: now)
-        let allowed = bucket.take(now: now)
-        connectBuckets[key] = bucket
-        // Forget identities whose allowance is whole again (most, a second after they
-        // connect), every few seconds: at thousands of connects a second the map stays small.
-        if now - connectBucketsPruned > .seconds(5) {
-            connectBucketsPruned = now
-            connectBuckets = connectBuckets.filter { !$0.value.isFull(now: now) }
+        connectLimit.admit(Hub.userKey(app.id, identity), now: .now)
+    }
+
+    /// Counts a REST write of `user` (`cost` writes' worth) against `writes_per_user_per_minute`;
+    /// past it the request is refused with `429 rate_limited` before anything is read or written.
+    func admitWrite(_ user: UserCredentials, cost: Double = 1) throws(ErrorBody) {
+        if let wait = writeLimit.admit(Hub.userKey(user.app.id, user.identity), cost: cost, now: .now) {
+            throw ErrorBody(.rateLimited, "too many changes (writes_per_user_per_minute); retry in \(wait) s")
         }
-        return allowed ? nil : max(1, bucket.wait(now: now))
     }
 
     func webSocketOpened(_ connection: ConnectionID, tag: Int) {
         switch Endpoint(rawValue: tag) {
         case .signaling:
-            guard let (claims, app, resume, deviceID) = authenticated.removeValue(forKey: connection) else { return }
-            hub.connected(connection, claims: claims, app: app, resume: resume, deviceID: deviceID)
+            guard let (token, resume, deviceID) = authenticated.removeValue(forKey: connection) else { return }
+            hub.connected(connection, claims: token.claims, app: token.app, resume: resume, deviceID: deviceID, secretTag: token.secretTag)
         case .echo:
             echoConnections.insert(connection)
         case nil:
@@ -298,10 +317,11 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     /// before it (`Hub.withStore`); `respond` turns its result into the response on the loop,
     /// or throws the refusal.
     func fromStore<T: Sendable>(
-        _ body: @escaping @Sendable (Store) throws -> T, _ respond: @escaping (Result<T, any Error>) throws(ErrorBody) -> HTTPResponse
+        for appID: String, afterQueuedWrites: Bool = true, _ body: @escaping @Sendable (Store) throws -> T,
+        _ respond: @escaping (Result<T, any Error>) throws(ErrorBody) -> HTTPResponse
     ) -> RESTAnswer {
         .later { [self] reply in
-            hub.withStore(body) { [self] result in
+            hub.withStore(for: appID, body, afterQueuedWrites: afterQueuedWrites) { [self] result in
                 do throws(ErrorBody) { reply(try respond(result)) } catch { reply(failure(error)) }
             }
         }

@@ -30,6 +30,38 @@ public enum Files {
             }
         }
     }
+
+    /// Creates `path` and its parents, and makes `path` itself the owner's only (0700): a data
+    /// directory holds secrets. Returns whether an existing directory was opened up to others
+    /// and had to be closed.
+    @discardableResult
+    public static func createPrivateDirectory(_ path: String) throws(FileError) -> Bool {
+        try createDirectory(path)
+        return try makePrivate(path, mode: 0o700)
+    }
+
+    /// Makes an existing file or directory the owner's only (`mode`: 0600 or 0700) when it is
+    /// readable or writable by others; returns whether it had to. A missing file is left alone.
+    @discardableResult
+    public static func makePrivate(_ path: String, mode: mode_t) throws(FileError) -> Bool {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return false }
+        guard info.st_mode & 0o077 != 0 else { return false }
+        guard chmod(path, mode) == 0 else {
+            throw FileError(description: "cannot make '\(path)' private to its owner: \(String(cString: strerror(errno)))")
+        }
+        return true
+    }
+
+    /// Creates the file at `path` empty and private to its owner (0600) unless it exists.
+    public static func createPrivateFile(_ path: String) throws(FileError) {
+        let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+        if descriptor >= 0 {
+            close(descriptor)
+        } else if errno != EEXIST {
+            throw FileError(description: "cannot create '\(path)': \(String(cString: strerror(errno)))")
+        }
+    }
 }
 
 /// An exclusive lock on a directory, held until `release()` or the process ends (the kernel

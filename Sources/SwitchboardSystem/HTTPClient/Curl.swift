@@ -44,6 +44,7 @@ public enum HTTPClient {
         guard let easy = curl_easy_init() else { throw SystemError.http("curl_easy_init failed") }
         defer { curl_easy_cleanup(easy) }
 
+        guard HTTPHeaders.areSafe(headers) else { throw SystemError.http("a header holds CR, LF or NUL: the request is not sent") }
         let collector = Collector()
         let opaque = Unmanaged.passUnretained(collector).toOpaque()
         var headerList: UnsafeMutablePointer<curl_slist>?
@@ -313,6 +314,12 @@ public final class HTTP2Client: @unchecked Sendable {
             return
         }
         let request = transfer.request
+        guard HTTPHeaders.areSafe(request.headers) else {
+            curl_easy_cleanup(easy)
+            transfer.continuation.resume(
+                throwing: HTTP2TransportError(code: -1, message: "a header holds CR, LF or NUL: the request is not sent", notSent: true))
+            return
+        }
         for (name, value) in request.headers {
             transfer.headerList = curl_slist_append(transfer.headerList, "\(name): \(value)")
         }
@@ -413,5 +420,18 @@ extension Duration {
         let (seconds, attoseconds) = components
         guard seconds >= 0, self > .zero else { return 1 }
         return max(1, Int(clamping: seconds) * 1000 + Int((attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000))
+    }
+}
+
+/// Header lines as libcurl takes them: one `name: value` string each, which it splits at CR
+/// and LF. A value holding either (or NUL) would end its header and start another: such a
+/// request is never sent.
+public enum HTTPHeaders {
+    public static func areSafe(_ headers: [(String, String)]) -> Bool {
+        headers.allSatisfy { isSafe($0.0) && isSafe($0.1) }
+    }
+
+    public static func isSafe(_ text: String) -> Bool {
+        !text.utf8.contains { $0 == 0x0D || $0 == 0x0A || $0 == 0x00 }
     }
 }

@@ -16,9 +16,13 @@ public final class HTTPServer: @unchecked Sendable {
         public var host: String
         public var port: Int
         /// Largest request head (request line and headers) accepted.
-        public var maxHeaderBytes: Int = 8 * 1024
+        public var maxHeaderBytes: Int = 16 * 1024
         /// Largest request body accepted.
         public var maxBodyBytes: Int = 1024 * 1024
+        /// Request bodies (as their `Content-Length` declares them) held at once across every
+        /// connection while they arrive: a body past it is refused with `503` at its head,
+        /// before credentials are checked or a byte of it is buffered.
+        public var maxBufferedBodyBytes: Int = 64 * 1024 * 1024
         /// Largest WebSocket message accepted, per endpoint tag; the default applies otherwise.
         public var maxMessageBytes: Int = 64 * 1024
         public var maxMessageBytesByTag: [Int: Int] = [:]
@@ -74,6 +78,8 @@ public final class HTTPServer: @unchecked Sendable {
     private var httpDeadlineSweepScheduled = false
     /// `options.maxConnections`, or the descriptor limit's share when that is 0.
     public let maxConnections: Int
+    /// Bytes of request bodies reserved by the connections receiving one (`maxBufferedBodyBytes`).
+    private var bufferedBodyBytes = 0
 
     /// Starts listening. The server keeps `handler` for its life; the handler should hold the
     /// server it is given in `attach(to:)` weakly.
@@ -202,6 +208,8 @@ public final class HTTPServer: @unchecked Sendable {
         var tag = 0
         var request: HTTPRequest?
         var bodyLimitExceeded = false
+        /// What its body in progress holds of `bufferedBodyBytes`.
+        var reservedBodyBytes = 0
         var pendingResponse: HTTPResponse?
         var responsePhase = ResponsePhase.headers
         var responseOffset = 0
@@ -429,9 +437,16 @@ public final class HTTPServer: @unchecked Sendable {
         connectionsByWSI[UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi)))]
     }
 
+    /// A body arrived or was given up: its reservation is free for others.
+    private func releaseBody(_ conn: Connection) {
+        bufferedBodyBytes -= conn.reservedBodyBytes
+        conn.reservedBodyBytes = 0
+    }
+
     private func forget(_ wsi: OpaquePointer) {
         let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(wsi)))
         guard let conn = connectionsByWSI.removeValue(forKey: key) else { return }
+        releaseBody(conn)
         connections.removeValue(forKey: conn.id)
         removeFromSweep(conn)
         if conn.isWebSocket {
@@ -466,8 +481,18 @@ public final class HTTPServer: @unchecked Sendable {
                 conn.bodyLimitExceeded = true
                 return 0
             }
+            if declaredLength > 0 && bufferedBodyBytes + declaredLength > options.maxBufferedBodyBytes {
+                var refusal = Self.plainError(503, "unavailable", "too many request bodies are arriving at once; retry in a second")
+                refusal.headers.append(("Retry-After", "1"))
+                refusal.closeConnection = true
+                respond(to: conn.id, with: refusal)
+                conn.bodyLimitExceeded = true
+                return 0
+            }
             conn.request = request
             if declaredLength > 0 {
+                conn.reservedBodyBytes = declaredLength
+                bufferedBodyBytes += declaredLength
                 awaitRequest(wsi)  // the body, in the time allowed
                 return 0
             }
@@ -480,6 +505,7 @@ public final class HTTPServer: @unchecked Sendable {
             if (conn.request?.body.count ?? 0) + length > options.maxBodyBytes {
                 conn.bodyLimitExceeded = true
                 conn.request = nil
+                releaseBody(conn)
                 var refusal = Self.plainError(413, "payload_too_large", "request body is larger than \(options.maxBodyBytes) bytes")
                 refusal.closeConnection = true
                 respond(to: conn.id, with: refusal)
@@ -492,6 +518,7 @@ public final class HTTPServer: @unchecked Sendable {
             requestArrived(wsi)
             guard let conn = existingConnection(for: wsi), let request = conn.request else { return 0 }
             conn.request = nil
+            releaseBody(conn)
             handler?.handle(request, on: conn.id)
             return 0
 
@@ -715,7 +742,9 @@ public final class HTTPServer: @unchecked Sendable {
             decoding: UnsafeRawBufferPointer(start: uriPointer, count: Int(uriLength)), as: UTF8.self)
 
         var query: [String: String] = [:]
-        var fragment = [CChar](repeating: 0, count: 4096)
+        // As large as the whole head may be: a query argument (a token in `access_token`) is
+        // never cut short of what the head limit lets arrive.
+        var fragment = [CChar](repeating: 0, count: max(4096, options.maxHeaderBytes + 1))
         var index: Int32 = 0
         while true {
             let n = lws_hdr_copy_fragment(wsi, &fragment, Int32(fragment.count), WSI_TOKEN_HTTP_URI_ARGS, index)
