@@ -14,7 +14,7 @@ run: deps
 
 test: test-deps
 	$(SWIFT) build --build-tests
-	scripts/test-count.sh swift scripts/with-postgres.sh $(SWIFT) test
+	POSTGRES_MIN_STORES=28 scripts/test-count.sh swift scripts/with-postgres.sh $(SWIFT) test
 	scripts/fuzz.sh replay
 	scripts/autobahn.sh .build/debug/switchboard $(VENV)
 	scripts/test-count.sh interop scripts/interop.sh .build/debug/switchboard $(VENV)

@@ -16,9 +16,15 @@ if [ -n "${FUZZ_TARGETS:-}" ]; then IFS=, read -r -a targets <<<"$FUZZ_TARGETS";
 case "${1:-}" in
 replay)
   scratch=.build/fuzz-replay
-  swift build --product switchboard-fuzz --scratch-path "$scratch" -Xswiftc -sanitize=address >"$scratch.log" 2>&1 \
+  # --sanitize (not -Xswiftc): SwiftPM passes -fsanitize=address to the C and C++ targets too
+  # (CShims, the simdjson signal reader), and links the runtime once.
+  swift build --product switchboard-fuzz --scratch-path "$scratch" --sanitize=address >"$scratch.log" 2>&1 \
     || { cat "$scratch.log"; exit 1; }
   binary="$scratch/debug/switchboard-fuzz"
+  # Every object of our own C and C++ is instrumented (calls ASan's checks), or the replay fails.
+  for object in "$scratch"/debug/CShims.build/*.o "$scratch"/debug/CSimdJSON.build/*.o; do
+    nm "$object" | grep -q ' U __asan_' || { echo "fuzz: $object was built without AddressSanitizer" >&2; exit 1; }
+  done
   # Every target the harness has is replayed, and only those.
   listed=$({ "$binary" 2>&1 || true; } | sed -n 's/^targets: //p' | tr -d ' ' | tr ',' '\n' | sort)
   [ "$listed" = "$(printf '%s\n' "${targets[@]}" | sort)" ] || { echo "fuzz: the harness has targets ($listed) this script does not list" >&2; exit 1; }
@@ -30,7 +36,7 @@ run)
   seconds="${FUZZ_SECONDS:-60}"
   scratch=.build/fuzz
   swift build --product switchboard-fuzz --scratch-path "$scratch" \
-    -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xswiftc -Xclang-linker -Xswiftc -fuse-ld=lld
+    -Xswiftc -sanitize=fuzzer,address -Xcc -fsanitize=fuzzer-no-link,address -Xswiftc -DFUZZING -Xswiftc -Xclang-linker -Xswiftc -fuse-ld=lld
   binary="$scratch/debug/switchboard-fuzz"
   failed=()
   for target in "${targets[@]}"; do

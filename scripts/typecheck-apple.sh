@@ -60,8 +60,14 @@ missing() {  # missing KIT_SOURCES: the requirements the SDK and the example lea
     # The example, against the SDK built normally (its own conformances are what is checked).
     swiftc -typecheck -swift-version 6 -I "$out/protocol" -I "$out/strict-stubs" -I "$out/kit" \
       Examples/iOS/SwitchboardDemo/*.swift 2>&1 || true
-  } | sed -n -e "s/.*protocol requires \(function\|property\) '\([^']*\)'.*/\2/p" \
+  } | tee "$kit_out/log" | sed -n -e "s/.*protocol requires \(function\|property\) '\([^']*\)'.*/\2/p" \
         -e "s/.*multiple matching \(functions\|properties\) named '\([^']*\)'.*/\2/p" | sort -u
+  # The strict build may fail only on conformances; any other error is a broken build, not a finding.
+  if grep ': error: ' "$kit_out/log" | grep -vqE 'does not conform to protocol|required by protocol|multiple matching'; then
+    echo "apple typecheck: the strict build failed for another reason:" >&2
+    grep ': error: ' "$kit_out/log" | grep -vE 'does not conform to protocol|required by protocol|multiple matching' >&2
+    rm -rf "$kit_out"; exit 1
+  fi
   rm -rf "$kit_out"
 }
 allowed=$(grep -v '^#' "$stubs/unimplemented.txt" | sed 's/[[:space:]]*#.*//' | sed '/^$/d' | sort -u)
@@ -88,11 +94,23 @@ echo "apple typecheck: a misspelt provider(_:didActivate:) is caught by the stri
 
 # 4. As on macOS: the frameworks importable, the target not iOS: no Apple-only type compiled.
 build_kit "$out/stubs" Sources/SwitchboardKit "$out/kit-macos"
+echo "import SwitchboardKit; let probe: Any.Type = SwitchboardClient.self" > "$out/kit-macos/control.swift"
+swiftc -typecheck -I "$out/protocol" -I "$out/stubs" -I "$out/kit-macos" "$out/kit-macos/control.swift" \
+  || { echo "apple typecheck: the macOS build of SwitchboardKit does not import: the probes below would prove nothing" >&2; exit 1; }
 for symbol in CallKitSystem PushKitBridge RecentsCallBack CallAudioSession; do
   probe=$(mktemp -d)
   echo "import SwitchboardKit; let probe: Any.Type = $symbol.self" > "$probe/probe.swift"
-  if swiftc -typecheck -I "$out/protocol" -I "$out/stubs" -I "$out/kit-macos" "$probe/probe.swift" 2>/dev/null; then
+  # The control: the same probe compiles against the iOS build (the probe and the paths are sound).
+  swiftc -typecheck -I "$out/protocol" -I "$out/stubs" -I "$out/kit" "$probe/probe.swift" \
+    || { echo "apple typecheck: the probe for $symbol fails against the iOS build too: the check is broken" >&2; exit 1; }
+  if errors=$(swiftc -typecheck -I "$out/protocol" -I "$out/stubs" -I "$out/kit-macos" "$probe/probe.swift" 2>&1); then
     echo "apple typecheck: $symbol is compiled where os(iOS) is false: it would break a Mac build (D1)" >&2
+    exit 1
+  fi
+  # Compiled out is exactly one error, that the name is not there; any other failure is not.
+  if [ "$(grep -c ': error: ' <<<"$errors")" -ne 1 ] || ! grep -q ": error: cannot find '$symbol' in scope" <<<"$errors"; then
+    echo "apple typecheck: the macOS probe for $symbol failed, but not because $symbol is compiled out:" >&2
+    echo "$errors" >&2
     exit 1
   fi
   rm -rf "$probe"

@@ -36,7 +36,7 @@ chmod 600 "$dir/server.key"
 durability="-c fsync=off"
 [ "${POSTGRES_DURABLE:-0}" = 1 ] && durability=""
 "${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 $durability -c max_connections=200 -c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key" start >/dev/null \
+  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 $durability -c max_connections=200 -c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key -c log_statement=ddl" start >/dev/null \
   || { cat "$dir/server.log" >&2; exit 1; }
 export SWITCHBOARD_TEST_POSTGRES_URL="postgres://sb@127.0.0.1:$port/postgres"
 export SWITCHBOARD_TEST_POSTGRES_REQUIRED=1
@@ -44,4 +44,14 @@ export SWITCHBOARD_TEST_POSTGRES_CA="$dir/server.crt" SWITCHBOARD_TEST_POSTGRES_
 SWITCHBOARD_TEST_POSTGRES_PID="$(head -1 "$dir/data/postmaster.pid")"
 export SWITCHBOARD_TEST_POSTGRES_PID
 echo "with-postgres: PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
-"$@"
+status=0
+"$@" || status=$?
+# Proof the command's stores were on this server: each store opened on a fresh database or schema
+# creates its tables here (the server logs DDL). POSTGRES_MIN_STORES (make test) is the floor.
+stores=$(grep -c 'CREATE TABLE apps' "$dir/server.log" || true)
+echo "with-postgres: $stores stores created their tables on PostgreSQL"
+if [ "$status" -eq 0 ] && [ "$stores" -lt "${POSTGRES_MIN_STORES:-0}" ]; then
+  echo "with-postgres: fewer than ${POSTGRES_MIN_STORES} stores reached PostgreSQL: its tests ran on something else" >&2
+  exit 1
+fi
+exit "$status"

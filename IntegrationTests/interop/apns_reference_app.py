@@ -82,9 +82,11 @@ def verdict(scope, headers, body, certificate):
     """(status, reason) by Apple's rules, reason None for a good request."""
     if scope["method"] != "POST":
         return 405, "MethodNotAllowed"
-    match = re.fullmatch(r"/3/device/([^/]*)", scope["path"])
+    match = re.fullmatch(r"/3/device(?:/([^/]*))?", scope["path"])
     if not match:
         return 404, "BadPath"
+    if not match.group(1):
+        return 400, "MissingDeviceToken"
     if not re.fullmatch(r"[0-9a-fA-F]{64}", match.group(1)) or match.group(1).lower() in BAD_TOKENS:
         return 400, "BadDeviceToken"
     if not certificate:
@@ -92,9 +94,10 @@ def verdict(scope, headers, body, certificate):
         if refused:
             return refused
     topic = headers.get("apns-topic")
-    push_type = headers.get("apns-push-type", "alert")
     if topic is None:
         return 400, "MissingTopic"
+    # Required on watchOS only: without it, a .voip topic's push is a VoIP push, any other an alert.
+    push_type = headers.get("apns-push-type") or ("voip" if topic.endswith(".voip") else "alert")
     if push_type not in PUSH_TYPES:
         return 400, "InvalidPushType"
     base = topic[: -len(".voip")] if topic.endswith(".voip") else topic

@@ -8,7 +8,8 @@ import Synchronization
 import SwitchboardSupport
 import SwitchboardSystem
 
-/// A small HTTP/2 server over TLS (ALPN "h2"): one thread, non-blocking sockets and poll(),
+/// A small HTTP/2 server over TLS (ALPN "h2", or HTTP/2 with prior knowledge from a client that
+/// offers no ALPN, as APNs takes it): one thread, non-blocking sockets and poll(),
 /// nghttp2 for the framing, OpenSSL for TLS. It serves the APNs sandbox, where handlers may
 /// answer later (added latency) and a connection may be sent GOAWAY on purpose.
 public final class HTTP2Server: @unchecked Sendable {
@@ -283,7 +284,10 @@ public final class HTTP2Server: @unchecked Sendable {
         if !conn.tls.handshakeDone {
             switch conn.tls.handshake() {
             case .done:
-                guard conn.tls.negotiatedProtocol == "h2" else {
+                // APNs needs no ALPN: a client that offers none (stock aioapns) speaks HTTP/2 with
+                // prior knowledge. One that offers protocols without h2 was refused by the
+                // handshake (a no_application_protocol alert).
+                if let chosen = conn.tls.negotiatedProtocol, chosen != "h2" {
                     drop(conn)
                     return
                 }

@@ -53,7 +53,8 @@ public enum FuzzEntryPoints {
     /// input as a token's claims, validly signed, to reach the claim checks.
     @discardableResult
     public static func accessToken(_ bytes: [UInt8]) -> Bool {
-        let verifier = AccessTokenVerifier()
+        // As the server has it: a leeway and a lifetime limit, so that their arithmetic runs too.
+        let verifier = AccessTokenVerifier(leewaySeconds: 30, maxLifetimeSeconds: 7 * 24 * 3600)
         let secret = "fuzzing-secret"
         let asToken = (try? verifier.verify(String(decoding: bytes, as: UTF8.self), secretFor: { _ in secret })) != nil
         let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))

@@ -345,18 +345,18 @@ struct SandboxValidator: Sendable {
 
     func check(_ request: HTTP2Server.Request, now: Date, state: inout APNsSandbox.State) -> Verdict {
         var apnsID = Crypto.randomUUID().uuidString.lowercased()
-        let token = String(request.path.split(separator: "/").last ?? "").lowercased()
+        // `/3/device/{token}`; `/3/device` and `/3/device/` name no token.
+        let parts = request.path.split(separator: "/", omittingEmptySubsequences: false)
+        let token = parts.count == 4 ? String(parts[3]).lowercased() : ""
+        let givenID = request.header("apns-id")
+        if let givenID, UUID(uuidString: givenID) != nil { apnsID = givenID.lowercased() }
         func refuse(_ status: Int, _ reason: String, timestamp: Int64? = nil) -> Verdict {
             Verdict(status: status, reason: reason, timestamp: timestamp, apnsID: apnsID, token: token)
         }
-        if let given = request.header("apns-id") {
-            guard UUID(uuidString: given) != nil else { return refuse(400, "BadMessageId") }
-            apnsID = given.lowercased()
-        }
         guard request.method == "POST" else { return refuse(405, "MethodNotAllowed") }
-        let parts = request.path.split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[1] == "3", parts[2] == "device" else { return refuse(404, "BadPath") }
+        guard (3...4).contains(parts.count), parts[0].isEmpty, parts[1] == "3", parts[2] == "device" else { return refuse(404, "BadPath") }
         guard !token.isEmpty else { return refuse(400, "MissingDeviceToken") }
+        if let givenID, UUID(uuidString: givenID) == nil { return refuse(400, "BadMessageId") }
         for name in ["apns-id", "apns-topic", "apns-push-type", "apns-priority", "apns-expiration", "apns-collapse-id", "authorization"]
         where request.headerCount(name) > 1 {
             return refuse(400, "DuplicateHeaders")
@@ -381,12 +381,18 @@ struct SandboxValidator: Sendable {
         func refuse(_ status: Int, _ reason: String, timestamp: Int64? = nil) -> Verdict {
             Verdict(status: status, reason: reason, timestamp: timestamp, apnsID: apnsID, token: token)
         }
-        // Headers.
-        guard let pushType = request.header("apns-push-type"), Self.pushTypes.contains(pushType) else {
-            return refuse(400, "InvalidPushType")
-        }
+        // Headers. Apple requires `apns-push-type` on watchOS only and recommends it elsewhere
+        // ("Sending notification requests to APNs"): a request without it is taken, as a VoIP
+        // push on a `.voip` topic and an alert otherwise (the sandbox cannot know the device's
+        // OS). A VoIP push on a topic without `.voip` is a token for another topic
+        // (`DeviceTokenNotForTopic`, as APNs answers it); another type on a `.voip` topic,
+        // `InvalidPushType`.
+        let declared = request.header("apns-push-type")
+        if let declared, !Self.pushTypes.contains(declared) { return refuse(400, "InvalidPushType") }
         guard let topic = request.header("apns-topic"), !topic.isEmpty else { return refuse(400, "MissingTopic") }
-        if (pushType == "voip") != topic.hasSuffix(".voip") { return refuse(400, "InvalidPushType") }
+        let pushType = declared ?? (topic.hasSuffix(".voip") ? "voip" : "alert")
+        if declared == "voip" && !topic.hasSuffix(".voip") { return refuse(400, "DeviceTokenNotForTopic") }
+        if declared != nil && declared != "voip" && topic.hasSuffix(".voip") { return refuse(400, "InvalidPushType") }
         if let priority = request.header("apns-priority") {
             guard let value = Int(priority), [1, 5, 10].contains(value) else { return refuse(400, "BadPriority") }
             if pushType == "background" && value == 10 { return refuse(400, "BadPriority") }

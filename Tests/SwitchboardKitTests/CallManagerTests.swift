@@ -332,7 +332,7 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         let before = asked()
         try await bob.receivePush()
         try await eventually("the phone to ask the server about the late push's call") { asked() > before }
-        try await Task.sleep(for: .milliseconds(100))  // the answer's handling, after the barrier
+        await bob.manager.settle()  // the late push's reconcile and the answer's handling are done
         #expect(bob.ended(id) == nil, "still in the call")
         #expect(bob.system.calls.count == 1)
         #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")

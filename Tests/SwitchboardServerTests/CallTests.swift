@@ -468,6 +468,10 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(15
             }
         }
         #expect(try await second.stop() == 0)
+        if engine == .postgres, let url = arguments.last {
+            // The child processes wrote their calls here, not to an SQLite file in --data-dir.
+            #expect(try PostgresConnection(url: url).query("SELECT count(*) FROM calls") == [[.integer(2)]])
+        }
     }
 
     @Test func anAppWithACertificateInsteadOfAKeyRingsToo() async throws {

@@ -74,6 +74,41 @@ import Testing
 
     /// A route's template gives its handler the path's parameters, one whole segment each;
     /// a path with an empty segment or a segment more is not the route's.
+    /// Every string a client sends has a documented limit (`maxLength`, an `enum` or a
+    /// `pattern`): in request bodies, path, query and header parameters. A field added
+    /// without one fails here.
+    @Test func everyStringARequestCarriesHasALimitInTheDocument() throws {
+        let text = try String(contentsOfFile: repositoryRoot + "/web/openapi.json", encoding: .utf8)
+        let document = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+        let schemas = try #require(document["components"]?["schemas"]?.objectValue)
+        var unbounded: [String] = []
+        func check(_ schema: JSONValue?, at place: String, depth: Int = 0) {
+            guard let schema, depth < 12 else { return }
+            if case .string(let reference)? = schema["$ref"] {
+                return check(schemas[String(reference.split(separator: "/").last ?? "")], at: place, depth: depth + 1)
+            }
+            if schema["type"] == "string", schema["maxLength"] == nil, schema["enum"] == nil, schema["pattern"] == nil {
+                unbounded.append(place)
+            }
+            for (name, property) in schema["properties"]?.objectValue ?? [:] { check(property, at: place + "." + name, depth: depth + 1) }
+            check(schema["items"], at: place + "[]", depth: depth + 1)
+        }
+        for (path, operations) in try #require(document["paths"]?.objectValue) {
+            guard case .object(let methods) = operations else { continue }
+            var shared: [JSONValue] = []
+            if case .array(let list)? = methods["parameters"] { shared = list }
+            for (method, operation) in methods where ["get", "put", "post", "delete"].contains(method) {
+                var parameters = shared
+                if case .array(let own)? = operation["parameters"] { parameters += own }
+                for parameter in parameters {
+                    check(parameter["schema"], at: "\(method) \(path) \(parameter["name"]?.stringValue ?? "?")")
+                }
+                check(operation["requestBody"]?["content"]?["application/json"]?["schema"], at: "\(method) \(path) body")
+            }
+        }
+        #expect(unbounded.isEmpty, "strings without maxLength, enum or pattern: \(unbounded.sorted())")
+    }
+
     @Test func aRouteHandsItsHandlerThePathsParameters() throws {
         let peers = try #require(Gateway.restRoutes.first { $0.template == "/v1/rooms/{name}/peers/{peer_id}" })
         #expect(peers.match("/v1/rooms/team-1/peers/p_abc") == ["name": "team-1", "peer_id": "p_abc"])
@@ -142,6 +177,22 @@ import Testing
             }
         }
         #expect(!text.contains("untyped"))
+        // Every label value the docs list for a family ("`reason`: `storage`, `blocked`, …") is
+        // a series at zero from the start; a family always labelled has no unlabelled series.
+        for line in docs.split(separator: "\n") where line.hasPrefix("| `switchboard_") {
+            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard cells.count >= 3, let name = cells[0].firstMatch(of: /`(switchboard_[a-z_]+)`/)?.1,
+                let labelled = cells[2].firstMatch(of: /^`([a-z_]+)`: (.*)$/)
+            else { continue }
+            let values = labelled.2.matches(of: /`([A-Za-z_0-9]+)`/).map { String($0.1) }
+            for value in values {
+                #expect(lines.contains { $0.hasPrefix("\(name){\(labelled.1)=\"\(value)\"} ") }, "\(name){\(labelled.1)=\"\(value)\"} is not there from the start")
+            }
+        }
+        for family in Metrics.families where family.seeds.isEmpty {
+            #expect(!lines.contains { $0.hasPrefix(family.name + " ") || $0.hasPrefix(family.name + "_count ") || $0.hasPrefix(family.name + "_bucket{le=") },
+                "\(family.name) has an unlabelled series")
+        }
         #expect(lines.contains("switchboard_calls_total 0"))
         #expect(lines.contains(#"switchboard_errors_total{code="internal"} 0"#))
         #expect(lines.contains(#"switchboard_calls_ended_total{outcome="missed"} 0"#))

@@ -144,13 +144,19 @@ func resolved(_ name: String) -> Set<String> {
         ("localhost", Array(resolved("localhost")), ["127.0.0.1", "::1"].filter { !resolved("localhost").contains($0) }, false),
     ]
 
-    @Test(arguments: hosts.indices)
+    @Test(arguments: hosts.indices.filter { !hosts[$0].3 })
     func serveListensExactlyWhereAsked(index: Int) async throws {
-        let (host, answering, silent, needsIPv6) = Self.hosts[index]
-        guard !needsIPv6 || hasIPv6Loopback else {
-            print("skipped: --host \(host) needs IPv6 loopback, which this machine does not have")
-            return
-        }
+        try await listensExactlyWhereAsked(index)
+    }
+
+    /// A skip Swift Testing reports (and scripts/test-count.sh checks against Tests/allowed-skips).
+    @Test(.enabled(if: hasIPv6Loopback, "needs IPv6 loopback, which this machine does not have"), arguments: hosts.indices.filter { hosts[$0].3 })
+    func serveListensOnIPv6ExactlyWhereAsked(index: Int) async throws {
+        try await listensExactlyWhereAsked(index)
+    }
+
+    func listensExactlyWhereAsked(_ index: Int) async throws {
+        let (host, answering, silent, _) = Self.hosts[index]
         // The addresses that must stay silent are held on the server's port, so another test's
         // listener cannot answer there by chance.
         let silentHere = silent.filter { !$0.contains(":") || hasIPv6Loopback }
@@ -282,23 +288,25 @@ func resolved(_ name: String) -> Set<String> {
     /// descriptor once: the second close used to close whatever the process had opened under
     /// that number since (it was seen closing another server's directory scan mid-way).
     @Test func listeningSocketsAreClosedOnce() throws {
-        var sockets: ListeningSockets? = try ListeningSockets(host: "127.0.0.1", port: 0)
-        let number = try #require(sockets?.descriptors.first)
-        sockets?.close()
-        // Take the freed number (the lowest free one, unless another thread took it first).
-        var opened: [Int32] = []
-        defer { opened.forEach { _ = Glibc.close($0) } }
-        while opened.last != number && opened.count < 64 {
-            let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { break }
-            opened.append(fd)
-        }
-        guard opened.last == number else {
-            print("skipped: descriptor \(number) was taken by another thread before this test could reuse it")
+        // Another thread may take the freed number first: try again (a try takes microseconds).
+        for _ in 0..<50 {
+            var sockets: ListeningSockets? = try ListeningSockets(host: "127.0.0.1", port: 0)
+            let number = try #require(sockets?.descriptors.first)
+            sockets?.close()
+            // Take the freed number (the lowest free one, unless another thread took it first).
+            var opened: [Int32] = []
+            defer { opened.forEach { _ = Glibc.close($0) } }
+            while opened.last != number && opened.count < 64 {
+                let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
+                guard fd >= 0 else { break }
+                opened.append(fd)
+            }
+            guard opened.last == number else { continue }
+            sockets = nil
+            withExtendedLifetime(sockets) {}
+            #expect(fcntl(number, F_GETFD) != -1, "descriptor \(number), reused after close, was closed again")
             return
         }
-        sockets = nil
-        withExtendedLifetime(sockets) {}
-        #expect(fcntl(number, F_GETFD) != -1, "descriptor \(number), reused after close, was closed again")
+        Issue.record("in 50 tries another thread always took the freed descriptor first: nothing was checked")
     }
 }

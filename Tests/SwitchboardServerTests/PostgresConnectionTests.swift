@@ -9,7 +9,9 @@ import Testing
 enum TestPostgres {
     static let url = ProcessInfo.processInfo.environment["SWITCHBOARD_TEST_POSTGRES_URL"]
     /// Set by the script: without a server the PostgreSQL tests fail instead of being skipped.
+    /// In CI too: a CI job that forgot the script fails instead of running SQLite alone.
     static let required = ProcessInfo.processInfo.environment["SWITCHBOARD_TEST_POSTGRES_REQUIRED"] == "1"
+        || ProcessInfo.processInfo.environment["CI"] != nil
     static var runs: Bool { url != nil || required }
     static let skipReason: Comment = "needs PostgreSQL: run through scripts/with-postgres.sh (make test does)"
 
@@ -22,6 +24,16 @@ enum TestPostgres {
         try PostgresConnection(url: admin).execute("CREATE SCHEMA \(name)")
         let own = admin + (admin.contains("?") ? "&" : "?") + "options=-c%20search_path%3D\(name)"
         return (own, { try? PostgresConnection(url: admin).execute("DROP SCHEMA IF EXISTS \(name) CASCADE") })
+    }
+
+    /// Fails unless `store` reads from PostgreSQL (SQLite has no `version()`), in the schema of
+    /// `url` (its `search_path`): a test meant for PostgreSQL never runs on SQLite by mistake.
+    static func expectOnPostgres(_ store: Store, url: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let row = try store.read { try $0.query("SELECT version(), current_schema()") }.first ?? []
+        let schema = url.firstMatch(of: /search_path%3D(\w+)/).map { String($0.1) }
+        #expect(store.engine == .postgres, sourceLocation: sourceLocation)
+        #expect(row.first?.string?.hasPrefix("PostgreSQL ") == true, "\(row)", sourceLocation: sourceLocation)
+        #expect(schema == nil || row.last?.string == schema, "\(row)", sourceLocation: sourceLocation)
     }
 }
 

@@ -45,6 +45,26 @@ func runTool(_ name: String, _ arguments: [String], environment: [String: String
         #expect(listed.status == 0)
         #expect(listed.output.contains(apiKey))
         #expect(!listed.output.contains(secret), "app list never prints a secret")
+
+        // A rotation prints the new secret once; the old one verifies until its grace ends, then
+        // only the new one does. Extra bundle ids are set, and never a malformed one.
+        let rotated = try await runTool("switchboard", ["app", "rotate-secret", "--api-key", apiKey, "--grace-seconds", "0", "--data-dir", directory])
+        #expect(rotated.status == 0, "\(rotated.errors)")
+        let after = try JSONDecoder().decode(JSONValue.self, from: Data(rotated.output.utf8))
+        let newSecret = try #require(after["api_secret"]?.stringValue)
+        #expect(newSecret != secret && newSecret.count == 43)
+        #expect(!rotated.output.contains(secret), "the old secret is never printed")
+        let store = try Store(directory: directory)
+        let app2 = try #require(store.app(apiKey: apiKey))
+        #expect(app2.acceptedSecrets() == [newSecret], "no grace: the old secret is refused at once")
+        store.close()
+        let bundles = try await runTool(
+            "switchboard", ["app", "bundle-ids", "--api-key", apiKey, "--extra-bundle-ids", "com.example.chat.lite", "--data-dir", directory])
+        #expect(bundles.status == 0, "\(bundles.errors)")
+        #expect(bundles.output.contains("com.example.chat.lite") && !bundles.output.contains(newSecret))
+        let malformed = try await runTool(
+            "switchboard", ["app", "bundle-ids", "--api-key", apiKey, "--extra-bundle-ids", "com.x\r\ny: z", "--data-dir", directory])
+        #expect(malformed.status == 2)
     }
 
     @Test func commandLineMistakesAreExplained() async throws {

@@ -67,14 +67,17 @@ final class PushFixture: Sendable {
     }
 
     /// A request straight through HTTP/2, for what the APNs client would never send.
-    func raw(_ headers: [(String, String)], token: String = PushFixture.token(1), body: String = #"{"aps":{}}"#) async throws -> (Int, String?) {
+    func raw(
+        _ headers: [(String, String)], token: String = PushFixture.token(1), body: String = #"{"aps":{}}"#, path: String? = nil
+    ) async throws -> (Int, String?) {
         let http = HTTP2Client(options: {
             var options = HTTP2Client.Options()
             options.caFile = sandbox.certificatePath
             return options
         }())
         defer { http.shutdown() }
-        let response = try await http.send(HTTP2Request(url: "\(sandbox.url)/3/device/\(token)", headers: headers, body: Array(body.utf8)))
+        let response = try await http.send(
+            HTTP2Request(url: sandbox.url + (path ?? "/3/device/\(token)"), headers: headers, body: Array(body.utf8)))
         let reason = (try? JSONDecoder().decode(JSONValue.self, from: Data(response.body)))?["reason"]?.stringValue
         return (response.status, reason)
     }
@@ -155,9 +158,51 @@ final class PushFixture: Sendable {
         let push = try PushFixture()
         defer { push.stop() }
         let bearer = ("authorization", "bearer " + (try push.tokens.token().jwt))
-        #expect(try await push.raw([bearer, ("apns-push-type", "voip"), ("apns-topic", "com.example.chat")]) == (400, "InvalidPushType"))
+        // As APNs answers them: a VoIP push on another topic is a token for another topic.
+        #expect(try await push.raw([bearer, ("apns-push-type", "voip"), ("apns-topic", "com.example.chat")]) == (400, "DeviceTokenNotForTopic"))
         #expect(try await push.raw([bearer, ("apns-push-type", "alert"), ("apns-topic", "com.example.chat.voip")]) == (400, "InvalidPushType"))
         #expect(try await push.raw([bearer, ("apns-push-type", "voip"), ("apns-topic", "com.example.chat.voip")]) == (200, nil))
+    }
+
+    /// `apns-push-type` is required on watchOS only and recommended elsewhere (Apple's "Sending
+    /// notification requests to APNs"): without it a `.voip` topic's push is a VoIP push (its
+    /// 5,120-byte limit), any other an alert (4,096).
+    @Test func aPushWithoutAPushTypeIsTakenAsItsTopicSays() async throws {
+        let push = try PushFixture()
+        defer { push.stop() }
+        let bearer = ("authorization", "bearer " + (try push.tokens.token().jwt))
+        #expect(try await push.raw([bearer, ("apns-topic", "com.example.chat")]) == (200, nil))
+        let large = #"{"x":""# + String(repeating: "a", count: 5000) + #""}"#
+        #expect(try await push.raw([bearer, ("apns-topic", "com.example.chat.voip")], body: large) == (200, nil))
+        #expect(try await push.raw([bearer, ("apns-topic", "com.example.chat")], body: large) == (413, "PayloadTooLarge"))
+        #expect(push.sandbox.records.filter { $0.status == 200 }.allSatisfy { $0.pushType == nil }, "recorded as sent")
+    }
+
+    /// No header line with CR, LF or NUL is ever sent: the APNs client refuses a topic that is
+    /// not a bundle id (`BadTopic`, before anything is sent), and the HTTP client refuses any
+    /// header that holds one (a client's `bundle_id` once became `apns-topic`, and libcurl split
+    /// the line into two headers).
+    @Test func aHeaderThatWouldSplitIntoTwoIsNeverSent() async throws {
+        #expect(!HTTPHeaders.isSafe("com.other.bank\r\nx-injected: yes"))
+        #expect(!HTTPHeaders.isSafe("a\u{0}b") && !HTTPHeaders.isSafe("a\nb") && HTTPHeaders.isSafe("com.example.chat.voip"))
+        #expect(!PushNotification.isTopic("com.example\r\nx: y") && PushNotification.isTopic("com.example.chat-lite"))
+        let push = try PushFixture()
+        defer { push.stop() }
+        var injected = push.voip(1)
+        injected.topic = "com.other.bank\r\nx-injected: yes"
+        let result = await push.client.send(injected)
+        #expect(result.failure == .badTopic)
+        #expect(result.attempts == 0)
+        let http = HTTP2Client(options: {
+            var options = HTTP2Client.Options()
+            options.caFile = push.sandbox.certificatePath
+            return options
+        }())
+        defer { http.shutdown() }
+        await #expect(throws: (any Error).self) {
+            _ = try await http.send(HTTP2Request(url: push.sandbox.url + "/3/device/" + PushFixture.token(1), headers: [("apns-topic", "a\r\nb: c")], body: []))
+        }
+        #expect(push.sandbox.requestCount == 0, "nothing reached the sandbox")
     }
 
     @Test func theSandboxAnswersWithApplesReasons() async throws {
@@ -169,9 +214,12 @@ final class PushFixture: Sendable {
         #expect(try await push.raw(voip + [("authorization", "bearer not.a.jwt")]) == (403, "InvalidProviderToken"))
         let otherKey = ProviderTokenCache(key: try ECPrivateKey.generate(), keyID: "KEY1234567", teamID: "TEAM123456")
         #expect(try await push.raw(voip + [("authorization", "bearer " + (try otherKey.token().jwt))]) == (403, "InvalidProviderToken"))
-        #expect(try await push.raw([bearer, ("apns-topic", "com.example.chat.voip")]) == (400, "InvalidPushType"))
+        #expect(try await push.raw([bearer, ("apns-push-type", "nonsense"), ("apns-topic", "com.example.chat")]) == (400, "InvalidPushType"))
         #expect(try await push.raw([bearer, ("apns-push-type", "alert")]) == (400, "MissingTopic"))
         #expect(try await push.raw([bearer] + voip, token: "abc") == (400, "BadDeviceToken"))
+        #expect(try await push.raw([bearer] + voip, token: "") == (400, "MissingDeviceToken"))
+        #expect(try await push.raw([bearer] + voip, path: "/3/device") == (400, "MissingDeviceToken"))
+        #expect(try await push.raw([bearer] + voip, path: "/3/devices/" + PushFixture.token(1)) == (404, "BadPath"))
         #expect(try await push.raw([bearer] + voip + [("apns-priority", "7")]) == (400, "BadPriority"))
         #expect(try await push.raw([bearer] + voip + [("apns-expiration", "soon")]) == (400, "BadExpirationDate"))
         #expect(try await push.raw([bearer] + voip + [("apns-id", "not-a-uuid")]) == (400, "BadMessageId"))

@@ -461,7 +461,15 @@ func basicAuth(_ app: App) -> (String, String) {
         // A joined-then-left room closes after the timeout too.
         let alice = try await Peer.connect(server, "alice")
         try await alice.join(userRoom.name)
-        try await Task.sleep(for: .seconds(1.5))
+        // A probe room made now with the same timeout: once it is gone, the timeout has passed.
+        let probe = try await HTTPClient.request(
+            "POST", server.baseURL + "/v1/rooms", headers: [basicAuth(server.app)], body: Array(#"{"empty_timeout_seconds":1}"#.utf8))
+        let probeName = try #require(try JSONDecoder().decode(JSONValue.self, from: Data(probe.body))["name"]?.stringValue)
+        try await within(.seconds(10), "the probe room to close") {
+            while try await HTTPClient.request("GET", server.baseURL + "/v1/rooms/\(probeName)", headers: [basicAuth(server.app)]).status != 404 {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
         let stillThere = try await HTTPClient.request("GET", server.baseURL + "/v1/rooms/\(userRoom.name)", headers: [basicAuth(server.app)])
         #expect(stillThere.status == 200, "a room with a peer in it stays")
         _ = try await alice.client.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: userRoom.name))

@@ -299,6 +299,29 @@ import Testing
     }
 }
 
+/// The gateway's answers that depend on its state, without sockets.
+@Suite(.timeLimit(.minutes(1))) struct GatewayStateTests {
+    /// While the server shuts down (from the drain on), `/readyz` answers 503 `unavailable`:
+    /// a load balancer stops sending it traffic.
+    @Test func readinessIsUnavailableFromTheMomentTheServerDrains() throws {
+        let h = try HubHarness()
+        let gateway = Gateway(configuration: ServerConfiguration(), hub: h.hub, metrics: h.metrics, logger: Logger(minimumLevel: .error))
+        let request = RESTRequest(http: HTTPRequest(method: .get, path: "/readyz"), parameters: [:])
+        func status() -> Int? {
+            guard case .now(let response) = gateway.readiness(request) else { return nil }
+            return response.status
+        }
+        #expect(status() == 200)
+        gateway.drain(grace: .zero) {}
+        #expect(status() == 503)
+        guard case .now(let response) = gateway.readiness(request), case .bytes(let body) = response.body else {
+            Issue.record("no answer")
+            return
+        }
+        #expect(String(decoding: body, as: UTF8.self).contains("unavailable"))
+    }
+}
+
 extension HubHarness {
     /// alice (a-phone) calls bob (b-phone), bob answers; the store has answered.
     func answeredCall() throws -> (alice: ConnectionID, bob: ConnectionID, callID: String) {

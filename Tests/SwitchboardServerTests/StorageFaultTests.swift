@@ -184,7 +184,15 @@ final class ConfinedServer: @unchecked Sendable {  // one test drives it at a ti
         // The call in progress goes on; its records wait for the disk.
         #expect(try await bob.request(MessageType.callAnswer, id: "a", encoding: CallActionRequest(callID: callID)).type == MessageType.ok)
         _ = try await event(alice, "call.accepted")
-        try await Task.sleep(for: .milliseconds(200))
+        let metricsURL = base + "/metrics"
+        try await within(.seconds(5), "the answer's record to wait for the disk") {
+            while true {
+                let page = try await HTTPClient.request("GET", metricsURL).text
+                let backlog = page.split(separator: "\n").first { $0.hasPrefix("switchboard_store_backlog ") }
+                if let backlog, let value = Double(backlog.split(separator: " ")[1]), value >= 1 { return }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
         #expect(try await alice.request(MessageType.callEnd, id: "e", encoding: CallActionRequest(callID: callID)).type == MessageType.ok)
         // Rooms live in memory: signalling is unaffected.
         #expect(try await alice.request(MessageType.roomJoin, id: "j", encoding: RoomJoinRequest(room: "still-works")).type == MessageType.ok)

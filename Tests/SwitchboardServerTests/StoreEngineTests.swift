@@ -38,8 +38,11 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
 
         func open(owner: String = "p_" + RandomID.alphanumeric(8), limits: Store.Limits = Store.Limits(), metrics: Metrics? = nil) throws -> Store {
             switch engine {
-            case .sqlite: try Store(directory: location, metrics: metrics, limits: limits, owner: owner)
-            case .postgres: try Store(postgres: location, metrics: metrics, limits: limits, owner: owner)
+            case .sqlite: return try Store(directory: location, metrics: metrics, limits: limits, owner: owner)
+            case .postgres:
+                let store = try Store(postgres: location, metrics: metrics, limits: limits, owner: owner)
+                try TestPostgres.expectOnPostgres(store, url: location)
+                return store
             }
         }
 

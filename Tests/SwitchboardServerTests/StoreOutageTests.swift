@@ -1,5 +1,6 @@
 import Foundation
 import SwitchboardProtocol
+import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
@@ -152,5 +153,25 @@ struct StoreOutageTests {
         #expect(events.contains("answered") && events.contains("ended"), "\(events)")
         #expect(events.filter { $0 == "ended" }.count == 1, "written once")
         #expect(try await alice.request(MessageType.callCreate, id: "c3", encoding: CallCreateRequest(callees: ["bob"])).type == MessageType.ok)
+    }
+
+    /// A read connection whose server went away connects again by itself, at its next read, with
+    /// no write first (a write's recovery renews every read connection, which would hide it).
+    @Test func aReadConnectionReconnectsByItselfWhenPostgreSQLIsBack() async throws {
+        let postgres = try await offThePool { try PostgresInstance() }
+        defer { postgres.destroy() }
+        // One read connection (the pool counts the writer): every read below is on it.
+        let store = try await offThePool { try Store(postgres: postgres.url, limits: Store.Limits(poolSize: 2)) }
+        defer { store.close() }
+        let backend: @Sendable () throws -> [[SQLValue]] = { try store.read { try $0.query("SELECT pg_backend_pid()") } }
+        let before = try await offThePool(backend)
+        try await offThePool { try postgres.stop() }
+        let down = await #expect(throws: (any Error).self) { try await offThePool(backend) }
+        #expect((down as? any StorageFailure)?.storageProblem == "database unavailable", "\(String(describing: down))")
+        try await offThePool { try postgres.start() }
+        // Nothing written, flushed or performed since: only the read path can have reconnected.
+        let after = try await offThePool(backend)
+        #expect(after != before, "a new session on the restarted server")
+        #expect(try store.allApps().isEmpty)
     }
 }

@@ -36,6 +36,7 @@ final class TestServer: Sendable {
         configuration.logLevel = .warning
         configure(&configuration)
         server = try SwitchboardServer.start(configuration, logger: Logger(minimumLevel: .warning))
+        if engine == .postgres { try TestPostgres.expectOnPostgres(server.store, url: configuration.storeURL ?? "") }
         app = App.make(name: "Test", bundleID: "com.example.test")
         try server.store.insert(app)
     }
@@ -65,7 +66,8 @@ let clientLoop: EventLoop = {
 
 func makeTemporaryDirectory() throws -> String {
     let path = NSTemporaryDirectory() + "switchboard-test-" + RandomID.alphanumeric(10)
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    // The owner's only, as the server makes a data directory (it would warn and close it).
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     return path
 }
 

@@ -83,6 +83,19 @@ import SwitchboardSupport
         client.sendRaw(#"[1,2,3]"#)
         #expect(try await client.nextEnvelope().error?.code == .badRequest)
 
+        // A lone surrogate escape (JSON's grammar allows it, its parsers refuse it): the reply
+        // keeps the request's id when it can still be read, in a signal (simdjson's path) too.
+        client.sendRaw(#"{"type":"room.join","id":"s1","data":{"room":"\ud800"}}"#)
+        let surrogate = try await client.nextEnvelope()
+        #expect(surrogate.error?.code == .malformedJSON)
+        #expect(surrogate.id == "s1")
+        client.sendRaw(#"{"type":"signal","id":9,"data":{"room":"r","to":"p","signal":{"sdp":"\udc00"}}}"#)
+        #expect(try await client.nextEnvelope().id == 9)
+        client.sendRaw(#"{"type":"ping","id":"\ud800"}"#)
+        #expect(try await client.nextEnvelope().id == nil, "an id that is itself unreadable")
+        client.sendRaw(#"{"id"#)
+        #expect(try await client.nextEnvelope().error?.code == .malformedJSON)
+
         // Nesting deeper than the parsers allow (jansson: 2048 levels) is refused, not recursed into.
         for depth in [3000, 30_000] {
             client.sendRaw(#"{"type":"ping","id":1,"data":"# + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "}")
@@ -512,6 +525,23 @@ final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a
             head.append(byte)
         }
         return String(decoding: head, as: UTF8.self)
+    }
+
+    /// One HTTP response on a kept-alive connection: its head, then its body by
+    /// `Content-Length` (on a thread of its own).
+    func readHTTPResponse() async throws -> String {
+        try await offThePool {
+            let head = try self.blockingHandshakeResponse()
+            let length = head.lowercased().firstMatch(of: /content-length: *([0-9]+)/).flatMap { Int($0.1) } ?? 0
+            var body = [UInt8](repeating: 0, count: length)
+            var offset = 0
+            while offset < length {
+                let count = body.withUnsafeMutableBytes { read(self.fd, $0.baseAddress! + offset, length - offset) }
+                guard count > 0 else { throw Timeout(what: "the response's body") }
+                offset += count
+            }
+            return head + String(decoding: body, as: UTF8.self)
+        }
     }
 
     /// Reads until the peer closes; fails after `limit` (on a thread of its own).

@@ -94,10 +94,10 @@ public final class Metrics: Sendable {
             family("switchboard_connections_total", "counter", "WebSocket connections accepted on /v1/ws."),
             family(
                 "switchboard_connections_refused_total", "counter", "WebSocket upgrades refused, by error code.", "reason",
-                [ErrorCode.unauthorized, .tokenExpired, .rateLimited].map(\.rawValue)),
+                [ErrorCode.unauthorized, .tokenExpired, .rateLimited, .badRequest, .unavailable].map(\.rawValue)),
             family(
                 "switchboard_disconnects_total", "counter", "WebSocket connections closed, by why.", "reason",
-                ["peer", "lost", "slow_consumer", "message_too_large", "receive_rate", "server_1000", "server_1001", "server_4001"]),
+                ["peer", "lost", "slow_consumer", "message_too_large", "receive_rate", "server_1000", "server_1001", "server_4001", "server_4003"]),
             family("switchboard_open_connections", "gauge", "TCP connections open, HTTP and WebSocket (against max_connections)."),
             family(
                 "switchboard_connections_shed_total", "counter", "TCP connections closed as soon as accepted, by why.", "reason",
@@ -109,14 +109,18 @@ public final class Metrics: Sendable {
             family("switchboard_messages_out_total", "counter", "WebSocket messages sent on /v1/ws."),
             family("switchboard_signals_total", "counter", "signal requests received (WebRTC offers, answers, candidates)."),
             family("switchboard_errors_total", "counter", "Error replies and responses, by error code.", "code", ErrorCode.allCases.map(\.rawValue)),
-            family("switchboard_http_requests_total", "counter", "HTTP requests, by method, route and status."),
-            family("switchboard_http_request_duration_seconds", "histogram", "Time from a complete HTTP request to its response, by route."),
+            // Always labelled (a route, a method, a status): no series until the first request.
+            Family(name: "switchboard_http_requests_total", type: "counter", help: "HTTP requests, by method, route and status.", seeds: []),
+            Family(
+                name: "switchboard_http_request_duration_seconds", type: "histogram",
+                help: "Time from a complete HTTP request to its response, by route.", seeds: []),
             family("switchboard_rooms", "gauge", "Rooms open, calls' rooms included."),
             family("switchboard_room_joins_total", "counter", "Room joins."),
             family("switchboard_rooms_closed_total", "counter", "Rooms closed by their empty timeout.", "reason", ["empty"]),
             family("switchboard_calls_total", "counter", "Calls started."),
             family(
-                "switchboard_calls_refused_total", "counter", "Calls refused before ringing, by why.", "reason", ["storage", "blocked", "rate_limited"]),
+                "switchboard_calls_refused_total", "counter", "Calls refused before ringing, by why.", "reason",
+                ["storage", "blocked", "rate_limited", "overload"]),
             family("switchboard_calls_ended_total", "counter", "Calls ended, by outcome.", "outcome", CallOutcome.allCases.map(\.rawValue)),
             family(
                 "switchboard_call_setup_seconds", "summary",

@@ -166,6 +166,7 @@ extension Hub {
     }
 
     func sendData(app: App, room name: String, request: RoomDataRequest) throws(ErrorBody) {
+        try FieldLimits.check(request.to, field: "to", limit: FieldLimits.peerID)
         try checkSize(request.data, what: "data")
         do { apply(try rooms.data(RoomKey(appID: app.id, name: name), from: nil, to: request.to, data: request.data)) } catch {
             throw error.body

@@ -90,7 +90,6 @@ extension Hub {
     func closeForToken(_ session: Session, reason: String) {
         guard let connection = session.connection else { return }
         logger.info("session token no longer valid", ["peer": session.peerID, "reason": reason])
-        metrics.increment("switchboard_disconnects_total", ["reason": "token_expired"])
         output?.close(connection, code: CloseCode.tokenExpired, reason: reason)
     }
 

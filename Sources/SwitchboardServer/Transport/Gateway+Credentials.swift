@@ -14,9 +14,7 @@ extension Gateway {
                     headers: [("www-authenticate", "Basic realm=\"switchboard\"")]))
         }
         let body = try decodeBody(rest, as: TokenRequest.self)
-        guard !body.identity.isEmpty, body.identity.utf8.count <= 256 else {
-            throw ErrorBody(.badRequest, "identity must be 1 to 256 bytes")
-        }
+        try FieldLimits.check(body.identity, field: "identity", limit: FieldLimits.identity)
         try FieldLimits.check(body.name, field: "name", limit: FieldLimits.displayName)
         try FieldLimits.check(body.handle, field: "handle", limit: FieldLimits.handle)
         let ttl = body.ttl ?? 3600
@@ -39,9 +37,8 @@ extension Gateway {
             var name: String?
         }
         let body: Body = try decodeBody(rest)
-        guard !body.identity.isEmpty, body.identity.utf8.count <= 256, (body.name?.utf8.count ?? 0) <= 256 else {
-            throw ErrorBody(.badRequest, "identity must be 1 to 256 bytes")
-        }
+        try FieldLimits.check(body.identity, field: "identity", limit: FieldLimits.identity)
+        try FieldLimits.check(body.name, field: "name", limit: FieldLimits.displayName)
         return fromStore(for: "", { try $0.allApps().first }) { [self] result throws(ErrorBody) in
             guard let app = try result.mapError({ ErrorBody.storeRead($0, reading: "the apps") }).get() else {
                 throw ErrorBody(.notFound, "there is no app yet")

@@ -9,12 +9,9 @@ extension Gateway {
     /// What `PUT /v1/devices/{id}` accepts: a registration with a known platform, device
     /// tokens of 64 hexadecimal characters and an APNs environment.
     static func checkDeviceRegistration(
-        _ bytes: [UInt8], decoder: JSONDecoder = JSONDecoder()
+        _ bytes: [UInt8]
     ) throws(ErrorBody) -> (DeviceRegistration, APNsEnvironment) {
-        let body: DeviceRegistration
-        do { body = try decoder.decode(DeviceRegistration.self, from: Data(bytes)) } catch {
-            throw decodeError(bytes, error, decoder: decoder)
-        }
+        let body = try decode(bytes, as: DeviceRegistration.self)
         guard ["ios", "android", "web"].contains(body.platform) else {
             throw ErrorBody(.badRequest, "platform is ios, android or web")
         }
@@ -49,7 +46,7 @@ extension Gateway {
     func registerDevice(_ rest: RESTRequest, _ user: UserCredentials) throws(ErrorBody) -> RESTAnswer {
         let deviceID = rest["device_id"]
         try FieldLimits.check(deviceID, field: "device id", limit: FieldLimits.deviceID)
-        let (body, environment) = try Self.checkDeviceRegistration(rest.http.body, decoder: decoder)
+        let (body, environment) = try Self.checkDeviceRegistration(rest.http.body)
         let (app, userID) = (user.app, user.identity)
         // The bundle id is the device's APNs topic: only one the app's operator set up.
         if let bundleID = body.bundleID, !app.bundleIDs.contains(bundleID) {

@@ -34,6 +34,7 @@ extension Gateway {
 
     /// `DELETE /v1/rooms/{name}/peers/{peer_id}`: removes a peer; the others hear it was kicked.
     func removePeer(_ rest: RESTRequest, _ requester: Requester) throws(ErrorBody) -> RESTAnswer {
+        try FieldLimits.check(rest["peer_id"], field: "peer_id", limit: FieldLimits.peerID)
         try hub.kick(app: requester.app, room: try administeredRoom(rest, requester), peerID: rest["peer_id"])
         return .now(HTTPResponse(status: 204))
     }
@@ -46,6 +47,7 @@ extension Gateway {
     /// participant removed would only join again.
     private func administeredRoom(_ rest: RESTRequest, _ requester: Requester) throws(ErrorBody) -> String {
         let name = rest["name"]
+        try Hub.validateRoomName(name)
         if Hub.isCallRoomName(name) {
             guard case .app = requester else { throw Hub.callRoomRefusal(name) }
             if rest.http.method == .delete {

@@ -36,7 +36,6 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         encoder.outputFormatting = [.withoutEscapingSlashes]
         return encoder
     }()
-    let decoder = JSONDecoder()
 
     init(configuration: ServerConfiguration, hub: Hub, metrics: Metrics, logger: Logger) {
         self.configuration = configuration
@@ -298,8 +297,19 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
 
     /// A REST request's body as `T`, or why not (`malformed_json`, `bad_request`).
     func decodeBody<T: Decodable>(_ rest: RESTRequest, as type: T.Type = T.self) throws(ErrorBody) -> T {
-        do { return try decoder.decode(T.self, from: Data(rest.http.body)) } catch {
-            throw Self.decodeError(rest.http.body, error, decoder: decoder)
+        try Self.decode(rest.http.body, as: T.self)
+    }
+
+    /// A JSON body as `T`, decoded as WebSocket messages are (parsed, then read from the value):
+    /// a refusal names the field at fault (`wrong type at 'ring_timeout_seconds'` for 30.5,
+    /// which Foundation's decoder reports without a path), and a member named twice counts once,
+    /// the last (protocol.md).
+    static func decode<T: Decodable>(_ bytes: [UInt8], as type: T.Type = T.self) throws(ErrorBody) -> T {
+        guard let value = JSONText.parse(bytes) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
+            throw ErrorBody(.malformedJSON, "the body is not valid JSON")
+        }
+        do { return try JSONValueDecoder().decode(T.self, from: value) } catch {
+            throw ErrorBody(.badRequest, "the body does not match the expected fields: \(describe(error))")
         }
     }
 
@@ -338,14 +348,6 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
                 }
             }
         }
-    }
-
-    /// Why a body did not decode: not JSON at all, or not the expected fields.
-    static func decodeError(_ body: [UInt8], _ error: any Error, decoder: JSONDecoder) -> ErrorBody {
-        if (try? decoder.decode(JSONValue.self, from: Data(body))) == nil {
-            return ErrorBody(.malformedJSON, "the body is not valid JSON")
-        }
-        return ErrorBody(.badRequest, "the body does not match the expected fields: \(describe(error))")
     }
 
     /// A short, safe description of a decoding error (no input echoed back).

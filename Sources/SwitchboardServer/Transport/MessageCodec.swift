@@ -47,7 +47,10 @@ struct MessageCodec {
     ) -> Result<(id: JSONValue, type: String, object: [String: JSONValue]), Refusal> {
         // jansson first (fast); JSONDecoder for what jansson cannot hold (integers beyond 64 bits).
         guard let value = parsed ?? JSONText.parse(bytes) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
-            return .failure(Refusal(error: ErrorBody(.malformedJSON, "the message is not valid JSON")))
+            // The id, when a scan still finds a usable one (a string with a lone surrogate
+            // escape elsewhere in the message): the client learns which request failed.
+            let id = JSONText.idOfUnparsedMessage(bytes).flatMap { isUsableID($0) ? $0 : nil }
+            return .failure(Refusal(id: id, error: ErrorBody(.malformedJSON, "the message is not valid JSON")))
         }
         guard case .object(let object) = value else {
             return .failure(Refusal(error: ErrorBody(.badRequest, "a message must be a JSON object")))

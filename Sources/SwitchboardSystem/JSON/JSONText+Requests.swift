@@ -36,6 +36,17 @@ extension JSONText {
         return .value(value(of: root))
     }
 
+    /// The `id` member of a message no parser took (a lone surrogate escape, `"\ud800"`, which
+    /// RFC 8259's grammar allows and JSON parsers refuse): found by a scan of the text, at most
+    /// 160 bytes, and parsed on its own. Nil when the scan does not find one that parses.
+    public static func idOfUnparsedMessage(_ bytes: [UInt8]) -> JSONValue? {
+        let span: Range<Int>? = bytes.withUnsafeBufferPointer { text in
+            JSONSpans.member("id", ofObjectAt: JSONSpans.skipSpace(text, 0), in: text)
+        }
+        guard let span, span.count <= 160, span.upperBound <= bytes.count else { return nil }
+        return parse(Array(bytes[span]))
+    }
+
     private static func signalRequest(_ root: UnsafeMutablePointer<json_t>, _ bytes: [UInt8]) -> SignalRequestBytes? {
         guard sb_json_typeof(root) == JSON_OBJECT, let type = json_object_get(root, "type"), sb_json_typeof(type) == JSON_STRING,
             json_string_length(type) == 6, let typeText = json_string_value(type), strncmp(typeText, "signal", 6) == 0,
@@ -161,6 +172,8 @@ enum JSONSpans {
         var index = skipSpace(text, start + 1)
         while index < text.count, text[index] == 0x22 {
             let keyEnd = skipString(text, index)
+            // An unterminated key (only in text no parser took: `idOfUnparsedMessage`).
+            guard keyEnd - 1 >= index + 1, keyEnd <= text.count, text[keyEnd - 1] == 0x22 else { return nil }
             let keyBytes = UnsafeBufferPointer(rebasing: text[(index + 1)..<(keyEnd - 1)])
             if keyBytes.contains(0x5C) { return nil }
             index = skipSpace(text, keyEnd)  // at ':'
