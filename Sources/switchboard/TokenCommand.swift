@@ -5,14 +5,16 @@ import SwitchboardServer
 enum TokenCommand {
     static let help = """
         USAGE: switchboard token --api-key KEY --identity ID [--grant GRANT ...] [--ttl SECONDS]
-                                 [--name NAME] [--data-dir DIR]
+                                 [--name NAME] [--handle HANDLE] [--data-dir DIR]
 
         Prints an access token (an HS256 JWT signed with the app's secret, read from the store).
 
         OPTIONS:
           --api-key KEY      The app's API key (default: the only app in the store).
           --identity ID      The user the token is for (its `sub`).
-          --name NAME        The user's display name.
+          --name NAME        The user's display name (what a callee's phone shows).
+          --handle HANDLE    The user's handle (a phone number, an email: what a callee's phone
+                             shows and calls back; default the identity).
           --grant GRANT      Repeatable: room=NAME (exact, or a prefix ending in *), roomJoin,
                              call, admin. Example: --grant room=team-* --grant roomJoin --grant call
           --ttl SECONDS      Lifetime (default 3600).
@@ -22,7 +24,7 @@ enum TokenCommand {
         """
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let parsed = try Arguments(arguments, valued: ["api-key", "identity", "name", "grant", "ttl", "data-dir", "store-url"])
+        let parsed = try Arguments(arguments, valued: ["api-key", "identity", "name", "handle", "grant", "ttl", "data-dir", "store-url"])
         if parsed.has("help") {
             print(help)
             return 0
@@ -59,7 +61,7 @@ enum TokenCommand {
             app = apps[0]
         }
         let claims = AccessTokenIssuer.claims(
-            apiKey: app.apiKey, identity: identity, name: parsed.value("name"), grants: grants, ttlSeconds: ttl)
+            apiKey: app.apiKey, identity: identity, name: parsed.value("name"), handle: parsed.value("handle"), grants: grants, ttlSeconds: ttl)
         print(AccessTokenVerifier.sign(claims, secret: app.apiSecret))
         return 0
     }

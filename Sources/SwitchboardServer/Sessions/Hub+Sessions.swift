@@ -112,21 +112,27 @@ extension Hub {
     /// The apps were read again: a session whose token was signed by a secret its app no
     /// longer accepts (a rotation's grace is over, or the secret was replaced at once) is closed
     /// with 4003, like an expired one.
-    func appsRefreshed() {
-        let date = Date(timeIntervalSince1970: Double(wallMillis) / 1000)
-        var accepted: [String: Set<String>?] = [:]
-        for session in sessions.all where session.connection != nil {
-            let key = session.app.apiKey
-            if accepted[key] == nil {
-                if case .found(let app) = store.cachedApp(apiKey: key) {
-                    accepted[key] = Set(app.acceptedSecrets(at: date).map(Self.secretTag))
-                } else {
-                    accepted[key] = .some(nil)
-                }
+    ///
+    /// The sessions are looked at only when some app's accepted secrets lost one since the last
+    /// time (a rotation): the check every `app_refresh_seconds` costs the loop nothing otherwise.
+    /// `accepted`: each app's accepted secrets' tags (`acceptedSecretTags(_:at:)`), computed off
+    /// the loop by the refresh; computed here when not given.
+    func appsRefreshed(accepted given: [String: Set<String>]? = nil) {
+        let accepted = given ?? Self.acceptedSecretTags(store.cachedApps(), at: Date(timeIntervalSince1970: Double(wallMillis) / 1000))
+        let retired = Set(accepted.compactMap { id, tags in (acceptedSecretTags[id].map { !$0.isSubset(of: tags) } ?? false) ? id : nil })
+        acceptedSecretTags = accepted
+        guard !retired.isEmpty else { return }
+        for session in sessions.all where session.connection != nil && retired.contains(session.app.id) {
+            if accepted[session.app.id]?.contains(session.secretTag) == false {
+                closeForToken(session, reason: "the app secret that signed the token was rotated")
             }
-            guard let tags = accepted[key] ?? nil else { continue }
-            if !tags.contains(session.secretTag) { closeForToken(session, reason: "the app secret that signed the token was rotated") }
         }
+    }
+
+    /// Each app's accepted secrets at `date`, as tags (hashing them is the store thread's work,
+    /// not the loop's).
+    static func acceptedSecretTags(_ apps: [App], at date: Date) -> [String: Set<String>] {
+        apps.reduce(into: [:]) { tags, app in tags[app.id] = Set(app.acceptedSecrets(at: date).map(secretTag)) }
     }
 
     /// Reads the apps again every `app_refresh_seconds`, off the loop (apps made and secrets
@@ -135,10 +141,15 @@ extension Hub {
     func refreshAppsPeriodically() {
         _ = scheduler?.schedule(after: .seconds(configuration.limits.appRefreshSeconds)) { [weak self] in
             guard let self else { return }
-            withStore(for: Store.appsLane, { try $0.refreshApps() }, afterQueuedWrites: false) { [weak self] result in
+            withStore(for: Store.appsLane, { store in
+                try store.refreshApps()
+                return Self.acceptedSecretTags(store.cachedApps(), at: Date())
+            }, afterQueuedWrites: false) { [weak self] result in
                 guard let self else { return }
-                if case .failure(let error) = result { logger.warning("reading the apps again failed", ["error": "\(error)"]) }
-                appsRefreshed()
+                switch result {
+                case .success(let accepted): appsRefreshed(accepted: accepted)
+                case .failure(let error): logger.warning("reading the apps again failed", ["error": "\(error)"])
+                }
                 refreshAppsPeriodically()
             }
         }

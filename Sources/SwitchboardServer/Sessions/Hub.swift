@@ -37,6 +37,9 @@ final class Hub: @unchecked Sendable {
     var invites: InvitePolicy
     /// Calls whose setup waits for the store (`max_pending_call_setups`).
     var pendingCallSetups = 0
+    /// Each app's accepted secrets (`Hub.secretTag`) when the apps were last read: a session
+    /// sweep follows only a change (`appsRefreshed`).
+    var acceptedSecretTags: [String: Set<String>] = [:]
     /// Ordinary rooms each user creates (`rooms_per_identity_per_minute`).
     var roomCreations: KeyedRateLimit
     /// When `callIdempotency` was last pruned.
@@ -73,6 +76,7 @@ final class Hub: @unchecked Sendable {
         turn = configuration.turnService
         invites = InvitePolicy(perCaller: limits.invitesPerMinute, perPair: limits.invitesPerPairPerMinute)
         roomCreations = KeyedRateLimit(perMinute: limits.roomsPerIdentityPerMinute)
+        acceptedSecretTags = Self.acceptedSecretTags(store.cachedApps(), at: Date())
     }
 
     /// Every event to a session goes through here (the seam a cluster plugs into).

@@ -75,6 +75,11 @@ extension Store {
         }
     }
 
+    /// Every app memory holds (no database read).
+    public func cachedApps() -> [App] {
+        apps.withLock { Array($0.byKey.values) }
+    }
+
     /// Reads `apiKey`'s app on the store's threads (with any other keys waiting, in one read)
     /// and runs `then` there once memory knows it (found, or unknown for
     /// `app_refresh_seconds`). A read that fails leaves the key unknown for a second.
@@ -106,30 +111,32 @@ extension Store {
     /// Store threads: reads every key waiting, 256 at a time, until none waits.
     private func lookUpWaitingKeys() {
         while true {
-            let batch = apps.withLock { cache -> [(String, [@Sendable () -> Void])] in
-                let batch = Array(cache.waiting.prefix(256))
-                if batch.isEmpty { cache.lookupRunning = false }
-                return batch
+            let keys = apps.withLock { cache -> [String] in
+                let keys = Array(cache.waiting.keys.prefix(256))
+                if keys.isEmpty { cache.lookupRunning = false }
+                return keys
             }
-            guard !batch.isEmpty else { return }
-            let keys = batch.map(\.0)
+            guard !keys.isEmpty else { return }
             let found: [App]?
             do { found = try read { try Self.readApps(keys: keys, from: $0) } } catch {
                 logger.warning("app lookup failed", ["keys": String(keys.count), "error": "\(error)"])
                 found = nil
             }
             let remember: Duration = found == nil ? .seconds(1) : .seconds(limits.appRefreshSeconds)
-            apps.withLock { cache in
+            // The waiters as they are now (more may have joined a key during the read).
+            let waiters = apps.withLock { cache -> [@Sendable () -> Void] in
                 let until = ContinuousClock.now + remember
                 for app in found ?? [] { cache.byKey[app.apiKey] = app }
+                var waiters: [@Sendable () -> Void] = []
                 for key in keys {
-                    cache.waiting.removeValue(forKey: key)
+                    waiters += cache.waiting.removeValue(forKey: key) ?? []
                     if cache.byKey[key] == nil { cache.unknown[key] = until }
                 }
-                // Bounded: forgets the oldest refusals first once there are many.
+                // Bounded: the refusals no longer remembered go first once there are many.
                 if cache.unknown.count > 100_000 { cache.unknown = cache.unknown.filter { $0.value > .now } }
+                return waiters
             }
-            for (_, waiters) in batch { waiters.forEach { $0() } }
+            waiters.forEach { $0() }
         }
     }
 
