@@ -61,7 +61,7 @@ private func welcome(_ peer: String) -> WebSocketMessage {
         #""ping_interval_seconds":20,"idle_timeout_seconds":45,"resume_grace_seconds":20}}}"#)
 }
 
-@Suite(.timeLimit(.minutes(1))) struct ClientResumeTests {
+@Suite(.timeLimit(.minutes(3))) struct ClientResumeTests {
     /// A resume the server takes and answers with no session (it used to close a resume whose
     /// replay overflowed its send queue with 1008, at every try) is tried `maxFailedResumes`
     /// times; then the client opens a fresh session and says its rooms must be joined again.

@@ -18,7 +18,9 @@ import Testing
         let server = try TestServer {
             $0.limits.resumeGraceSeconds = 60
             $0.limits.pingIntervalSeconds = 1
-            $0.limits.idleTimeoutSeconds = 2
+            // Stretched under the sanitizers: a raw socket that answers pings only while the
+            // test reads could stay silent past 2 s there, with every suite running at once.
+            $0.limits.idleTimeoutSeconds = 2 * testSlowdown
         }
         defer { server.stop() }
         let grants = Grants(room: "*", roomJoin: true)

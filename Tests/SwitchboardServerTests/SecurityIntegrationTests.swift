@@ -63,7 +63,8 @@ import Testing
         try other.execute("BEGIN; LOCK TABLE apps IN ACCESS EXCLUSIVE MODE")
         let credentials = Data("sbk_\(RandomID.alphanumeric(16)):x".utf8).base64EncodedString()
         let anonymous = Task {
-            try await HTTPClient.request("GET", server.baseURL + "/v1/devices", headers: [("Authorization", "Basic " + credentials)])
+            try await HTTPClient.request(
+                "GET", server.baseURL + "/v1/devices", headers: [("Authorization", "Basic " + credentials)], timeout: .seconds(60) * testSlowdown)
         }
         try await within(.seconds(10), "the lookup to wait for the lock") {
             while try other.query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM apps%'")
@@ -387,7 +388,7 @@ import Testing
 /// Request threads take apps in turn: a job of one app starts as soon as a thread frees up,
 /// ahead of another app's backlog (one app's 12 block-list writers held every other app's
 /// reads and call setups for seconds).
-@Suite(.timeLimit(.minutes(1))) struct StoreFairnessTests {
+@Suite(.timeLimit(.minutes(3))) struct StoreFairnessTests {
     @Test func anotherAppsJobRunsAheadOfOneAppsBacklog() async throws {
         let threads = WorkerThreads(count: 2, name: "fairness")
         defer { threads.stop() }

@@ -300,7 +300,7 @@ import Testing
 }
 
 /// The gateway's answers that depend on its state, without sockets.
-@Suite(.timeLimit(.minutes(1))) struct GatewayStateTests {
+@Suite(.timeLimit(.minutes(3))) struct GatewayStateTests {
     /// While the server shuts down (from the drain on), `/readyz` answers 503 `unavailable`:
     /// a load balancer stops sending it traffic.
     @Test func readinessIsUnavailableFromTheMomentTheServerDrains() throws {
