@@ -66,8 +66,12 @@ import Testing
             try await HTTPClient.request(
                 "GET", server.baseURL + "/v1/devices", headers: [("Authorization", "Basic " + credentials)], timeout: .seconds(60) * testSlowdown)
         }
+        // Watched from a connection of its own: inside the locking transaction pg_stat_activity
+        // is a snapshot taken at its first read, and would never show the lookup arrive.
+        let watcher = try PostgresConnection(url: try #require(server.server.configuration.storeURL))
+        defer { watcher.close() }
         try await within(.seconds(10), "the lookup to wait for the lock") {
-            while try other.query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM apps%'")
+            while try watcher.query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM apps%'")
                 .first?.first?.int64 ?? 0 == 0
             {
                 try await Task.sleep(for: .milliseconds(20))
