@@ -184,10 +184,7 @@ import Testing
     /// per identity.
     // Covers: limit:max_user_room_empty_timeout_seconds, limit:rooms_per_identity_per_minute
     @Test func ordinaryRoomsCannotKeepACallFromItsRoom() async throws {
-        let server = try TestServer {
-            $0.limits.maxRoomsPerApp = 2
-            $0.limits.roomsPerIdentityPerMinute = 3
-        }
+        let server = try TestServer { $0.limits.maxRoomsPerApp = 2 }
         defer { server.stop() }
         let eve = server.token("eve", grants: Grants(room: "team-*", roomJoin: true))
         let create = { (timeout: Int) in
@@ -212,14 +209,28 @@ import Testing
             let joined = try await client.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "call-" + callID))
             #expect(joined.type == MessageType.ok, "\(String(describing: joined.error))")
         }
-        // Creation counted per identity: the fourth room eve makes in a minute is refused, even
-        // by a join.
-        let admin = server.token("eve", grants: Grants(room: "team-*", roomJoin: true, admin: true))
-        _ = admin
+    }
+
+    /// Rooms are counted per identity (`rooms_per_identity_per_minute`), by REST and by a join
+    /// that creates one; another identity is not affected.
+    @Test func roomCreationIsCountedPerIdentity() async throws {
+        let server = try TestServer { $0.limits.roomsPerIdentityPerMinute = 2 }
+        defer { server.stop() }
+        let eve = server.token("eve", grants: Grants(room: "team-*", roomJoin: true))
+        let create = { (token: String) in
+            try await HTTPClient.request("POST", server.baseURL + "/v1/rooms", headers: [self.bearer(token)], body: [])
+        }
+        #expect(try await create(eve).status == 201)
         let eveSession = try await TestClient.connect(server.webSocketURL + "?access_token=" + eve)
         _ = try await eveSession.nextEnvelope()
-        let joined = try await eveSession.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "team-new"))
-        #expect(joined.error?.code == .rateLimited, "\(joined)")
+        #expect(try await eveSession.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "team-one")).type == MessageType.ok)
+        let third = try await create(eve)
+        #expect(third.status == 429 && third.text.contains("rooms_per_identity_per_minute"), "\(third.text)")
+        let joined = try await eveSession.request(MessageType.roomJoin, id: "j2", encoding: RoomJoinRequest(room: "team-two"))
+        #expect(joined.error?.code == .rateLimited && joined.error?.message.contains("rooms_per_identity_per_minute") == true, "\(joined)")
+        #expect(try await eveSession.request(MessageType.roomJoin, id: "j3", encoding: RoomJoinRequest(room: "team-one")).type == MessageType.ok,
+            "joining a room that exists creates nothing")
+        #expect(try await create(server.token("zoe", grants: Grants(room: "team-*", roomJoin: true))).status == 201)
     }
 
     // MARK: 7 and 8. Call actions
@@ -315,16 +326,20 @@ import Testing
     @Test func bodiesArrivingAtOnceAreBoundedAcrossConnections() async throws {
         let server = try TestServer { $0.limits.maxBufferedBodyBytes = 1 << 20 }
         defer { server.stop() }
-        let slow = try RawSocket(port: server.server.port)
-        defer { slow.close() }
-        try slow.write("POST /v1/tokens HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 700000\r\n\r\n{\"identity\":")
-        try await Task.sleep(for: .milliseconds(100))  // the first head reaches the server before the second
-        let second = try RawSocket(port: server.server.port)
-        defer { second.close() }
-        try second.write("POST /v1/tokens HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 700000\r\n\r\n")
-        let answer = String(decoding: try await second.readUntilClosed(limit: .seconds(10)), as: UTF8.self)
-        #expect(answer.hasPrefix("HTTP/1.1 503"), "\(answer.prefix(200))")
-        slow.close()
+        // Two heads declaring 700,000 bytes each, bodies never sent: whichever the server reads
+        // second is refused at once (503, closed); the other waits for its body.
+        let sockets = try [RawSocket(port: server.server.port), RawSocket(port: server.server.port)]
+        defer { sockets.forEach { $0.close() } }
+        for socket in sockets { try socket.write("POST /v1/tokens HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 700000\r\n\r\n{") }
+        let answers = await withTaskGroup(of: String.self) { group in
+            for socket in sockets {
+                group.addTask { (try? String(decoding: await socket.readUntilClosed(limit: .seconds(3)), as: UTF8.self)) ?? "(still waiting)" }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(answers.filter { $0.hasPrefix("HTTP/1.1 503") }.count == 1, "\(answers.map { $0.prefix(60) })")
+        #expect(answers.contains("(still waiting)"), "the first body is still awaited")
+        sockets.forEach { $0.close() }
         try await Task.sleep(for: .milliseconds(200))
         let small = try await HTTPClient.request("POST", server.baseURL + "/v1/tokens", body: Array(#"{"identity":"x"}"#.utf8))
         #expect(small.status == 401, "served again once the first body went: \(small.text)")
