@@ -71,6 +71,4 @@ package struct KeyedRateLimit {
         return wait
     }
 
-    /// Keys remembered now.
-    package var count: Int { buckets.count }
 }

@@ -347,7 +347,7 @@ public actor SwitchboardClient {
     private func pingIfIdle() async {
         guard let connection else { return }
         if ContinuousClock.now - lastReceived > options.pingTimeout {
-            connection.close(code: 4000)  // dead: drop it, the reader reconnects
+            connection.close(code: CloseCode.clientDropped)  // dead: drop it, the reader reconnects
             connectionEnded(connectionNumber)
             return
         }

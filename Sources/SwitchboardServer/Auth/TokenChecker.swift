@@ -2,12 +2,16 @@ import Foundation
 import SwitchboardProtocol
 import SwitchboardSystem
 
-/// An access token that verified: its claims, its app, and a tag of the secret that signed it
-/// (`Hub.secretTag`: a session ends when that secret is no longer accepted).
+/// An access token that verified: its claims, its app, and which secret signed it.
 struct VerifiedToken {
     let claims: AccessTokenClaims
     let app: App
-    let secretTag: String
+    /// Kept only for `secretTag`, computed when a session needs it (not for every REST request).
+    fileprivate let signingSecret: String
+
+    /// A tag of the secret that signed the token (`Hub.secretTag`): a session ends when that
+    /// secret is no longer accepted.
+    var secretTag: String { Hub.secretTag(signingSecret) }
 }
 
 /// Verifies access tokens against the apps as the store's memory has them (never the
@@ -35,6 +39,6 @@ struct TokenChecker {
             return secrets
         }
         guard let app else { throw TokenError.unknownIssuer }
-        return VerifiedToken(claims: verified.claims, app: app, secretTag: Hub.secretTag(secrets[verified.secretIndex]))
+        return VerifiedToken(claims: verified.claims, app: app, signingSecret: secrets[verified.secretIndex])
     }
 }

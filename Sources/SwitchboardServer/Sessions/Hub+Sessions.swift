@@ -10,7 +10,7 @@ extension Hub {
     /// A connection authenticated as `claims` opened; starts or resumes its session.
     /// `secretTag`: which of the app's secrets signed the token (`secretTag(_:)`).
     func connected(
-        _ connection: ConnectionID, claims: AccessTokenClaims, app: App, resume: ResumeRequest?, deviceID: String?, secretTag: String = ""
+        _ connection: ConnectionID, claims: AccessTokenClaims, app: App, resume: ResumeRequest?, deviceID: String?, secretTag: String
     ) {
         metrics.increment("switchboard_connections_total")
         metrics.add("switchboard_connections", 1)

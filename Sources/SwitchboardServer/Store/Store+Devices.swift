@@ -63,17 +63,16 @@ extension Store {
     public func register(_ device: Device, limit: Int = .max) throws {
         // A registration past the limit is refused by a read: it never waits for, or takes, the
         // single writer (checked again in the write, which another registration may race).
-        let others = try read { database in
-            try database.query(
-                "SELECT COUNT(*) FROM devices WHERE app_id = ? AND user_id = ? AND device_id != ?",
-                [.text(device.appID), .text(device.userID), .text(device.deviceID)])
-        }
-        if let count = others.first?[0].int64, count >= Int64(limit) { throw DeviceLimitReached(limit: limit) }
-        _ = try write { database in
+        /// Refuses `device` when its user has `limit` other devices already.
+        @Sendable func checkLimit(in database: any SQLDatabase) throws {
             let others = try database.query(
                 "SELECT COUNT(*) FROM devices WHERE app_id = ? AND user_id = ? AND device_id != ?",
                 [.text(device.appID), .text(device.userID), .text(device.deviceID)])
             if let count = others.first?[0].int64, count >= Int64(limit) { throw DeviceLimitReached(limit: limit) }
+        }
+        try read(checkLimit)
+        _ = try write { database in
+            try checkLimit(in: database)
             for (column, token) in [("voip_token", device.voipToken), ("apns_token", device.apnsToken)] {
                 guard let token else { continue }
                 try database.query(

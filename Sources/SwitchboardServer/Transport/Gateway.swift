@@ -305,7 +305,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
     /// which Foundation's decoder reports without a path), and a member named twice counts once,
     /// the last (protocol.md).
     static func decode<T: Decodable>(_ bytes: [UInt8], as type: T.Type = T.self) throws(ErrorBody) -> T {
-        guard let value = JSONText.parse(bytes) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
+        guard let value = MessageCodec.parseJSON(bytes) else {
             throw ErrorBody(.malformedJSON, "the body is not valid JSON")
         }
         do { return try JSONValueDecoder().decode(T.self, from: value) } catch {

@@ -45,8 +45,7 @@ struct MessageCodec {
     static func parseRequest(
         _ bytes: [UInt8], parsed: JSONValue? = nil
     ) -> Result<(id: JSONValue, type: String, object: [String: JSONValue]), Refusal> {
-        // jansson first (fast); JSONDecoder for what jansson cannot hold (integers beyond 64 bits).
-        guard let value = parsed ?? JSONText.parse(bytes) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))) else {
+        guard let value = parsed ?? parseJSON(bytes) else {
             // The id, when a scan still finds a usable one (a string with a lone surrogate
             // escape elsewhere in the message): the client learns which request failed.
             let id = JSONText.idOfUnparsedMessage(bytes).flatMap { isUsableID($0) ? $0 : nil }
@@ -62,6 +61,12 @@ struct MessageCodec {
             return .failure(Refusal(id: id, error: ErrorBody(.badRequest, "every request needs a string type")))
         }
         return .success((id, type, object))
+    }
+
+    /// Any JSON text as a value: jansson first (fast), Foundation's decoder for what jansson
+    /// cannot hold (integers beyond 64 bits). Nil: not JSON. REST bodies are read the same way.
+    static func parseJSON(_ bytes: [UInt8]) -> JSONValue? {
+        JSONText.parse(bytes) ?? (try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)))
     }
 
     static func isUsableID(_ id: JSONValue) -> Bool {
