@@ -38,7 +38,7 @@ public final class SwitchboardServer: Sendable {
         http = try HTTPServer(options: configuration.serverOptions, handler: gateway, logger: logger.with("component", "transport"))
     }
 
-    /// Takes the data directory's lock, opens the store, ends the calls a previous process left
+    /// Takes the data directory's lock, opens the store, ends the calls servers that are gone left
     /// behind, and starts listening. Throws, with a sentence saying why, when the directory is
     /// another server's, the store cannot be opened, or the address cannot be bound.
     public static func start(_ configuration: ServerConfiguration, logger: Logger = Logger()) throws -> SwitchboardServer {
@@ -58,6 +58,15 @@ public final class SwitchboardServer: Sendable {
             throw StartError(
                 description: "another switchboard serve is using the data directory '\(directory)' (\(holder)): stop it, or give this one its own --data-dir")
         }
+        // The process that held the data directory before this one is gone (the lock says so):
+        // its calls are over, whatever their lease says.
+        let ownerFile = (directory as NSString).appendingPathComponent("switchboard.owner")
+        let previousOwner = (try? String(contentsOfFile: ownerFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        let owner = "p_" + RandomID.alphanumeric(12)
+        do { try owner.write(toFile: ownerFile, atomically: true, encoding: .utf8) } catch {
+            lock.release()
+            throw StartError(description: "cannot write '\(ownerFile)': \(error.localizedDescription)")
+        }
         let metrics = Metrics()
         let store = try Store.open(
             url: configuration.storeURL, directory: directory, metrics: metrics, logger: logger,
@@ -65,10 +74,16 @@ public final class SwitchboardServer: Sendable {
                 backlogWrites: configuration.limits.storeBacklogWrites, poolSize: configuration.limits.storePoolSize,
                 statementTimeoutMillis: configuration.limits.storeStatementTimeoutMillis,
                 commitDelayMillis: configuration.limits.storeCommitDelayMillis,
-                appRefreshSeconds: configuration.limits.appRefreshSeconds))
+                appRefreshSeconds: configuration.limits.appRefreshSeconds),
+            owner: owner)
         let server: SwitchboardServer
         do {
-            let interrupted = try store.failInterruptedCalls(nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
+            // On SQLite the directory's lock proves no other server runs: every call another
+            // process left is over. A shared PostgreSQL may have other servers running theirs:
+            // only the calls whose owner stopped renewing its lease are, and the previous
+            // process's on this data directory.
+            let abandoned: Store.Abandoned = store.engine == .sqlite ? .everyOtherOwner : .leaseExpired(previous: previousOwner)
+            let interrupted = try store.endAbandonedCalls(abandoned, nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
             if interrupted > 0 { logger.warning("calls interrupted by a restart ended as failed", ["count": String(interrupted)]) }
             server = try SwitchboardServer(configuration: configuration, store: store, metrics: metrics, logger: logger, lock: lock)
         } catch {

@@ -2,6 +2,7 @@ import Foundation
 import SwitchboardCore
 import SwitchboardProtocol
 import SwitchboardPush
+import SwitchboardSupport
 import SwitchboardSystem
 import SwitchboardTesting
 import Testing
@@ -168,10 +169,10 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         let store = try place.open()
         defer { store.close() }
         var state = call("c1")
-        store.saveCall(state, idempotencyKey: "k1")
+        store.saveCall(state, idempotencyKey: "k1", leaseUntilMillis: .max)
         _ = try state.answer(by: "bob", device: "b", nowMillis: 1_800_000_001_000)
         _ = try state.end(by: "alice", device: "a", reason: nil, nowMillis: 1_800_000_004_000)
-        store.saveCall(state, idempotencyKey: "k1")
+        store.saveCall(state, idempotencyKey: "k1", leaseUntilMillis: .max)
         store.recordHistory(state, video: true)
         for (index, event) in ["push_sent", "apns_accepted", "answered", "ended"].enumerated() {
             store.trace(callID: "c1", user: "bob", device: "b", channel: "voip_push", event: event, atMillis: 1_800_000_000_200 + Int64(index),
@@ -205,22 +206,59 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
     }
 
     /// Recovery at start ends only the calls of processes that are gone, never those of the
-    /// process that runs it (the design a store shared by several servers needs).
+    /// process that runs it.
     @Test(arguments: StoreEngine.available)
     func recoveryEndsTheCallsOfOtherOwnersOnly(engine: StoreEngine) throws {
         let place = try StoreEngine.Place(engine)
         let crashed = try place.open(owner: "p_crashed")
-        crashed.saveCall(call("c-crashed"), idempotencyKey: nil)
+        crashed.saveCall(call("c-crashed"), idempotencyKey: nil, leaseUntilMillis: .max)
         crashed.close()
         let running = try place.open(owner: "p_running")
         defer { running.close() }
-        running.saveCall(call("c-running"), idempotencyKey: nil)
+        running.saveCall(call("c-running"), idempotencyKey: nil, leaseUntilMillis: 1)
         running.flush()
-        #expect(try running.failInterruptedCalls(nowMillis: 1_800_000_009_000) == 1)
+        #expect(try running.endAbandonedCalls(.everyOtherOwner, nowMillis: 1_800_000_009_000) == 1)
         #expect(try running.callSummary(id: "c-crashed", appID: Self.app.id)?.summary["outcome"] == "failed")
         #expect(try running.callSummary(id: "c-crashed", appID: Self.app.id)?.summary["end_reason"] == "server_restart")
         #expect(try running.callSummary(id: "c-running", appID: Self.app.id)?.summary["state"] == "ringing", "its own call is untouched")
         #expect(try running.history(appID: Self.app.id, userID: "bob", limit: 10, before: nil).count == 1)
+    }
+
+    /// On a store several servers share, a server's start (and its sweep) ends only the calls
+    /// whose owner stopped renewing its lease: another live server's calls go on, and renewing
+    /// keeps them. Two servers sweeping at once end an abandoned call once (one history entry
+    /// each, counted once).
+    @Test(arguments: StoreEngine.available)
+    func aSharedStoreEndsOnlyCallsWhoseLeaseExpiredAndEachOnce(engine: StoreEngine) throws {
+        let place = try StoreEngine.Place(engine)
+        let now: Int64 = 1_800_000_000_000
+        let alive = try place.open(owner: "p_alive")
+        defer { alive.close() }
+        alive.saveCall(call("c-alive"), idempotencyKey: nil, leaseUntilMillis: now + 15_000)
+        alive.saveCall(call("c-renewed"), idempotencyKey: nil, leaseUntilMillis: now - 1)
+        alive.renewCallLeases(untilMillis: now + 15_000)
+        let dead = try place.open(owner: "p_dead")
+        dead.saveCall(call("c-dead"), idempotencyKey: nil, leaseUntilMillis: now - 1)
+        dead.close()
+        alive.flush()
+        let first = try place.open(owner: "p_first"), second = try place.open(owner: "p_second")
+        defer { first.close(); second.close() }
+        let counts = Locked<[Int]>([])
+        let group = DispatchGroup()
+        for store in [first, second] {
+            DispatchQueue.global().async(group: group) {
+                let ended = (try? store.endAbandonedCalls(.leaseExpired(), nowMillis: now)) ?? -1
+                counts.withLock { $0.append(ended) }
+            }
+        }
+        group.wait()
+        #expect(counts.withLock { $0.sorted() } == [0, 1], "the abandoned call is ended by one of the two")
+        #expect(try first.callSummary(id: "c-dead", appID: Self.app.id)?.summary["end_reason"] == "server_restart")
+        for id in ["c-alive", "c-renewed"] {
+            #expect(try first.callSummary(id: id, appID: Self.app.id)?.summary["state"] == "ringing", "\(id) belongs to a server that renews")
+        }
+        #expect(try first.history(appID: Self.app.id, userID: "bob", limit: 10, before: nil).map { $0["call_id"] } == ["c-dead"])
+        #expect(try second.endAbandonedCalls(.leaseExpired(), nowMillis: now + 15_001) == 2, "once the live server stops renewing")
     }
 
     /// A database a newer build migrated is refused, on both engines, with the versions named.
@@ -474,14 +512,14 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
                     id: "call-\(index)", appID: Self.app.id, caller: "u\(index % 40)", callerDevice: "phone", callees: ["u\((index + 1) % 40)"],
                     connected: ["u\((index + 1) % 40)"], phones: [:], now: .now, nowMillis: 1_800_000_000_000 + Int64(index) * 1_000,
                     ringTimeout: .seconds(45))
-                store.saveCall(state, idempotencyKey: index % 10 == 0 ? "key-\(index)" : nil)
+                store.saveCall(state, idempotencyKey: index % 10 == 0 ? "key-\(index)" : nil, leaseUntilMillis: .max)
                 if index % 3 == 0 {
                     _ = try state.answer(by: "u\((index + 1) % 40)", device: "phone", nowMillis: 1_800_000_000_000 + Int64(index) * 1_000 + 300)
                     _ = try state.end(by: "u\(index % 40)", device: "phone", reason: nil, nowMillis: 1_800_000_000_000 + Int64(index) * 1_000 + 900)
                 } else {
                     _ = try state.cancel(by: "u\(index % 40)", nowMillis: 1_800_000_000_000 + Int64(index) * 1_000 + 500)
                 }
-                store.saveCall(state, idempotencyKey: index % 10 == 0 ? "key-\(index)" : nil)
+                store.saveCall(state, idempotencyKey: index % 10 == 0 ? "key-\(index)" : nil, leaseUntilMillis: .max)
                 store.recordHistory(state, video: index % 2 == 0)
                 for event in ["push_sent", "apns_accepted", "ended"] {
                     store.trace(callID: "call-\(index)", user: "u\((index + 1) % 40)", device: "phone", channel: "voip_push", event: event,

@@ -356,7 +356,7 @@ extension Hub {
                     setup.begin()
                     written = { setup.end() }
                 }
-                store.saveCall(call.state, idempotencyKey: call.request.idempotencyKey, written: written)
+                store.saveCall(call.state, idempotencyKey: call.request.idempotencyKey, leaseUntilMillis: leaseUntilMillis, written: written)
             case .recordHistory:
                 store.recordHistory(call.state, video: call.video)
             case .finished:

@@ -103,6 +103,9 @@ public struct ServerConfiguration: Sendable {
         public var writesPerUserPerMinute = 60
         /// An answered call none of whose participants has a session this long ends.
         public var callUnattendedSeconds = 60
+        /// How long a server's claim on its live calls lasts unless renewed (every third of it):
+        /// a call whose owner stopped renewing is ended by another server sharing the store.
+        public var callLeaseSeconds = 15
         /// Any call ends this long after it started.
         public var maxCallDurationSeconds = 86_400
         /// Request bodies buffered at once across every connection.
@@ -292,6 +295,9 @@ public struct ServerConfiguration: Sendable {
         int(
             "call_unattended_seconds", "An answered call none of whose participants has a session (connected or resuming) this long ends.",
             5...86400, \.limits.callUnattendedSeconds),
+        int(
+            "call_lease_seconds", "How long a server's claim on its live calls lasts unless renewed (every third of it); then another server ends them.",
+            3...300, \.limits.callLeaseSeconds),
         int("max_call_duration_seconds", "Any call ends this long after it started.", 60...(7 * 86400), \.limits.maxCallDurationSeconds),
         int(
             "max_buffered_body_bytes", "Request bodies held at once across all connections, before credentials are checked; past it 503.",
@@ -380,6 +386,7 @@ public struct ServerConfiguration: Sendable {
             "writes_per_user_per_minute": String(limits.writesPerUserPerMinute),
             "call_unattended_seconds": String(limits.callUnattendedSeconds),
             "max_call_duration_seconds": String(limits.maxCallDurationSeconds),
+            "call_lease_seconds": String(limits.callLeaseSeconds),
             "max_buffered_body_bytes": String(limits.maxBufferedBodyBytes),
         ]
     }

@@ -8,21 +8,31 @@ import SwitchboardPush
 extension Store {
     // MARK: Calls
 
-    /// Writes a call's record (queued); `written` runs on the writer once it is stored.
-    func saveCall(_ state: CallState, idempotencyKey: String?, written: (@Sendable () -> Void)? = nil) {
+    /// Writes a call's record (queued), with this store's `owner` holding it until
+    /// `leaseUntilMillis` (`renewCallLeases` extends it); `written` runs on the writer once it is
+    /// stored.
+    func saveCall(_ state: CallState, idempotencyKey: String?, leaseUntilMillis: Int64, written: (@Sendable () -> Void)? = nil) {
         let summary = JSONText.string(state.summary)
         let callees = JSONText.string(.array(state.callees.map(JSONValue.string)))
         let phase = state.isEnded ? "ended" : state.isRinging ? "ringing" : "accepted"
         let owner = self.owner
         enqueue("call", statements: [SQLStatement(
             """
-            INSERT INTO calls (id, app_id, caller, callees, state, summary, created_at, idempotency_key, owner)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (id) DO UPDATE SET state = excluded.state, summary = excluded.summary, owner = excluded.owner
+            INSERT INTO calls (id, app_id, caller, callees, state, summary, created_at, idempotency_key, owner, lease_until)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET state = excluded.state, summary = excluded.summary, owner = excluded.owner,
+                lease_until = excluded.lease_until
             """,
             [.text(state.id), .text(state.appID), .text(state.caller), .text(callees), .text(phase), .text(summary),
-             .integer(state.createdAtMillis), idempotencyKey.map(SQLValue.text) ?? .null, .text(owner)])],
+             .integer(state.createdAtMillis), idempotencyKey.map(SQLValue.text) ?? .null, .text(owner), .integer(leaseUntilMillis)])],
             written: written)
+    }
+
+    /// Extends this store's `owner`'s hold on every call it runs to `untilMillis` (queued: one
+    /// statement, whatever the number of calls).
+    func renewCallLeases(untilMillis: Int64) {
+        enqueue("call leases", statements: [SQLStatement(
+            "UPDATE calls SET lease_until = ? WHERE state != 'ended' AND owner = ?", [.integer(untilMillis), .text(owner)])])
     }
 
     /// Writes every participant's history entry for an ended call (queued).
@@ -91,29 +101,58 @@ extension Store {
         }
     }
 
-    /// Ends every call that processes other than this store's `owner` left ringing or
-    /// accepted: `failed`, reason `server_restart`. On SQLite, one `switchboard serve` holds the
-    /// data directory's lock, so every other owner is a process that is gone; a store shared by
-    /// several live processes must pass only the owners known to be dead. On a store that takes
-    /// no writes now (full or read-only disk) this waits in the backlog, ahead of every later
-    /// write.
-    func failInterruptedCalls(nowMillis: Int64) throws -> Int {
-        let owner = self.owner
-        guard storageProblem == nil else {
-            enqueue("interrupted calls") { database in _ = try Self.endInterruptedCalls(database, except: owner, nowMillis: nowMillis) }
-            return try read {
-                try $0.query(
-                    "SELECT COUNT(*) FROM calls WHERE state != 'ended' AND (owner IS NULL OR owner != ?)", [.text(owner)]
-                ).first?.first?.int64
-            }.map(Int.init) ?? 0
-        }
-        return try write { database in try Self.endInterruptedCalls(database, except: owner, nowMillis: nowMillis) }
+    /// Which calls of other servers recovery ends.
+    enum Abandoned: Sendable {
+        /// Every call another process left live: on SQLite, where the data directory's lock
+        /// proves no other server runs.
+        case everyOtherOwner
+        /// The calls whose owner stopped renewing its lease, and those of `previous`, a process
+        /// known to be gone (the one that held this server's data directory before it): on a
+        /// store several servers share, where the others may be running.
+        case leaseExpired(previous: String? = nil)
     }
 
-    private static func endInterruptedCalls(_ database: any SQLDatabase, except owner: String, nowMillis: Int64) throws -> Int {
-        let rows = try database.query(
-            "SELECT id, app_id, caller, callees, summary FROM calls WHERE state != 'ended' AND (owner IS NULL OR owner != ?)",
-            [.text(owner)])
+    /// Ends the calls other servers left ringing or answered (`which`) as `failed`, reason
+    /// `server_restart`, and writes their history, now. Each call is ended once, whichever
+    /// server gets to it first (the update re-checks it, so a call renewed meanwhile or ended
+    /// by another server is left alone). On a store that takes no writes now (full or read-only
+    /// disk) this waits in the backlog, ahead of every later write, and returns how many wait.
+    func endAbandonedCalls(_ which: Abandoned, nowMillis: Int64) throws -> Int {
+        let owner = self.owner
+        guard storageProblem == nil else {
+            enqueue("abandoned calls") { database in _ = try Self.endAbandonedCalls(database, which, except: owner, nowMillis: nowMillis) }
+            return try read {
+                try $0.query("SELECT COUNT(*) FROM calls WHERE " + Self.abandoned(which), Self.abandonedParameters(which, owner, nowMillis))
+                    .first?.first?.int64
+            }.map(Int.init) ?? 0
+        }
+        return try write { database in try Self.endAbandonedCalls(database, which, except: owner, nowMillis: nowMillis) }
+    }
+
+    /// `endAbandonedCalls` as a queued write (the periodic sweep); `ended` hears how many.
+    func endAbandonedCallsLater(_ which: Abandoned, nowMillis: Int64, ended: @escaping @Sendable (Int) -> Void) {
+        let owner = self.owner
+        enqueue("abandoned calls") { database in ended(try Self.endAbandonedCalls(database, which, except: owner, nowMillis: nowMillis)) }
+    }
+
+    private static func abandoned(_ which: Abandoned) -> String {
+        switch which {
+        case .everyOtherOwner: "state != 'ended' AND (owner IS NULL OR owner != ?)"
+        case .leaseExpired: "state != 'ended' AND (owner IS NULL OR owner != ?) AND (lease_until IS NULL OR lease_until < ? OR owner = ?)"
+        }
+    }
+
+    private static func abandonedParameters(_ which: Abandoned, _ owner: String, _ nowMillis: Int64) -> [SQLValue] {
+        switch which {
+        case .everyOtherOwner: [.text(owner)]
+        case .leaseExpired(let previous): [.text(owner), .integer(nowMillis), .text(previous ?? "")]
+        }
+    }
+
+    private static func endAbandonedCalls(_ database: any SQLDatabase, _ which: Abandoned, except owner: String, nowMillis: Int64) throws -> Int {
+        let parameters = abandonedParameters(which, owner, nowMillis)
+        let rows = try database.query("SELECT id, app_id, caller, callees, summary FROM calls WHERE " + abandoned(which), parameters)
+        var ended = 0
         for row in rows {
             guard let id = row[0].string, let appID = row[1].string, let caller = row[2].string else { continue }
             let callees = Self.strings(row[3].string)
@@ -124,9 +163,13 @@ extension Store {
             summary["ended_at"] = .int(nowMillis)
             let created = summary["created_at"].flatMap { if case .int(let value) = $0 { value } else { nil } } ?? nowMillis
             let answered = summary["answered_at"].flatMap { if case .int(let value) = $0 { value } else { nil } }
-            try database.query(
-                "UPDATE calls SET state = 'ended', summary = ? WHERE id = ?",
-                [.text(JSONText.string(.object(summary))), .text(id)])
+            // The condition again, on this row: another server may have ended it, or its owner
+            // renewed it, since the read.
+            let updated = try database.query(
+                "UPDATE calls SET state = 'ended', summary = ? WHERE id = ? AND " + abandoned(which) + " RETURNING id",
+                [.text(JSONText.string(.object(summary))), .text(id)] + parameters)
+            guard !updated.isEmpty else { continue }
+            ended += 1
             for user in [caller] + callees {
                 let peers = user == caller ? callees : [caller] + callees.filter { $0 != user }
                 let entry = Self.historyEntry(
@@ -135,7 +178,7 @@ extension Store {
                 try database.query(entry.sql, entry.parameters)
             }
         }
-        return rows.count
+        return ended
     }
 
     /// The JSON a column holds (written by `JSONText`), or nil.

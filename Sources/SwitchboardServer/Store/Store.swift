@@ -131,6 +131,11 @@ public final class Store: Sendable {
         ALTER TABLE apps ADD COLUMN previous_secret_until INTEGER;
         ALTER TABLE apps ADD COLUMN extra_bundle_ids TEXT;
         """,
+        // 7: until when each live call's owner holds it (wall-clock ms): a call whose owner
+        // stopped renewing is ended by another server, never one whose owner still runs.
+        """
+        ALTER TABLE calls ADD COLUMN lease_until INTEGER;
+        """,
     ]
 
     /// Which database the store runs on.
@@ -223,7 +228,7 @@ public final class Store: Sendable {
     private let backlog = Locked(Backlog())
 
     /// Opens or creates `switchboard.db` in `directory`, migrating it to the current schema.
-    /// `owner` names the process (see `failInterruptedCalls`).
+    /// `owner` names the process (see `endAbandonedCalls`).
     public convenience init(
         directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), limits: Limits = Limits(),
         owner: String = "p_" + RandomID.alphanumeric(12)
@@ -304,10 +309,11 @@ public final class Store: Sendable {
     /// The store a command names: the PostgreSQL database at `url` when there is one, else
     /// SQLite in `directory`.
     public static func open(
-        url: String?, directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), limits: Limits = Limits()
+        url: String?, directory: String, metrics: Metrics? = nil, logger: Logger = Logger(), limits: Limits = Limits(),
+        owner: String = "p_" + RandomID.alphanumeric(12)
     ) throws -> Store {
-        if let url { return try Store(postgres: url, metrics: metrics, logger: logger, limits: limits) }
-        return try Store(directory: directory, metrics: metrics, logger: logger, limits: limits)
+        if let url { return try Store(postgres: url, metrics: metrics, logger: logger, limits: limits, owner: owner) }
+        return try Store(directory: directory, metrics: metrics, logger: logger, limits: limits, owner: owner)
     }
 
     /// Where a store is and how far its schema is, read without creating or migrating anything.

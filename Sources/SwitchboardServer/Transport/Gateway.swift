@@ -53,6 +53,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         self.server = server
         hub.attach(output: server, scheduler: server.loop)
         hub.refreshAppsPeriodically()
+        hub.keepCallLeases()
     }
 
     // MARK: HTTP
