@@ -50,6 +50,13 @@ let package = Package(
         .systemLibrary(
             name: "CLibPQ", pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"]), .brew(["libpq"])]),
+        // Redis 7's client for several nodes (routing, presence, ownership, shared limits):
+        // its asynchronous API on the event loop's libev, through its libev adapter. No
+        // pkg-config: its only flag (-D_FILE_OFFSET_BITS=64, a no-op on 64-bit) is one SwiftPM
+        // refuses, and its headers are under the system's include path.
+        .systemLibrary(
+            name: "CHiredis",
+            providers: [.apt(["libhiredis-dev"]), .brew(["hiredis"])]),
         // The relay's reader of signal requests, in C++ over simdjson with a C face: it
         // validates a 300-byte signal in ~0.2 µs where jansson takes ~9 µs (BENCHMARKS.md,
         // relay); every other message still goes to jansson.
@@ -72,7 +79,7 @@ let package = Package(
             name: "SwitchboardSystem",
             dependencies: [
                 "SwitchboardProtocol", "SwitchboardSupport", "CLibWebSockets", "CCurl", "CCrypto", "CSQLite", "CJansson", "CSimdJSON",
-                "CLibPQ", "CShims",
+                "CLibPQ", "CHiredis", "CShims",
             ]),
         // APNs: the notification model, Apple's reasons, provider tokens and the HTTP/2 client.
         .target(name: "SwitchboardPush", dependencies: ["SwitchboardSupport", "SwitchboardSystem"]),

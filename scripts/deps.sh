@@ -5,11 +5,11 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -euo pipefail
 
-runtime=(pkg-config libwebsockets-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev libnghttp2-dev libjansson-dev libsimdjson-dev libpq-dev)
-# Real peers for the tests: coturn, Chromium and its driver, the tools to isolate them, and
+runtime=(pkg-config libwebsockets-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev libnghttp2-dev libjansson-dev libsimdjson-dev libpq-dev libhiredis-dev libev-dev)
+# Real peers for the tests: coturn, Chromium and its driver, the tools to isolate them,
 # PostgreSQL (scripts/with-postgres.sh starts one of its own on loopback, with TLS: openssl makes
-# its certificate).
-testing=(coturn chromium chromium-driver iproute2 util-linux postgresql openssl)
+# its certificate), Redis and HAProxy (the cluster tests start their own on loopback ports).
+testing=(coturn chromium chromium-driver iproute2 util-linux postgresql openssl redis-server haproxy)
 
 wanted=("${runtime[@]}")
 if [ "${1:-run}" = "test" ]; then

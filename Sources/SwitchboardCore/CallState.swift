@@ -502,3 +502,101 @@ package struct CallState: Equatable {
         ]
     }
 }
+
+// MARK: - Continuation
+
+extension CallState {
+    /// Everything a call needs to go on, as it stands, for another node to continue it
+    /// (`CallState(continuing:now:nowMillis:)`): the times on the wall clock, since the
+    /// monotonic clock is each process's own.
+    package struct Snapshot: Codable, Equatable, Sendable {
+        var id: String
+        var appID: String
+        var caller: String
+        var callerDevice: String?
+        var callees: [String]
+        var phase: String
+        var outcome: CallOutcome?
+        var status: [String: String]
+        var answeredOn: [String: String]
+        var seats: [String: String]
+        var rungDevices: [String: [String]]
+        var filteredDevices: [String: [String]]
+        var phones: [String: [Phone]]
+        var onHold: [String]
+        var callerToldRinging: Bool
+        var createdAtMillis: Int64
+        var ringExpiresAtMillis: Int64
+        var answeredAtMillis: Int64?
+        var endedAtMillis: Int64?
+        var endedBy: String?
+        var endReason: String?
+
+        struct Phone: Codable, Equatable, Sendable {
+            var id: String
+            var voip: Bool
+            var alert: Bool
+        }
+    }
+
+    package var snapshot: Snapshot {
+        let phaseName: String
+        switch phase {
+        case .ringing: phaseName = "ringing"
+        case .accepted: phaseName = "accepted"
+        case .ended: phaseName = "ended"
+        }
+        return Snapshot(
+            id: id, appID: appID, caller: caller, callerDevice: callerDevice, callees: callees, phase: phaseName, outcome: outcome,
+            status: status.mapValues(\.rawValue), answeredOn: answeredOn, seats: seats, rungDevices: rungDevices.mapValues { $0.sorted() },
+            filteredDevices: filteredDevices.mapValues { $0.sorted() },
+            phones: phones.mapValues { $0.map { Snapshot.Phone(id: $0.id, voip: $0.voip, alert: $0.alert) } }, onHold: onHold.sorted(),
+            callerToldRinging: callerToldRinging, createdAtMillis: createdAtMillis, ringExpiresAtMillis: ringExpiresAtMillis,
+            answeredAtMillis: answeredAtMillis, endedAtMillis: endedAtMillis, endedBy: endedBy, endReason: endReason)
+    }
+
+    /// The call a snapshot describes, continued at `now` (`nowMillis` on the wall clock): its
+    /// ring deadline falls as far from now as the wall clock says. Nil when the snapshot does
+    /// not describe a call (an unknown phase or status).
+    package init?(continuing snapshot: Snapshot, now: ContinuousClock.Instant, nowMillis: Int64) {
+        var status: [String: CalleeStatus] = [:]
+        for (callee, name) in snapshot.status {
+            guard let value = CalleeStatus(rawValue: name) else { return nil }
+            status[callee] = value
+        }
+        switch snapshot.phase {
+        case "ringing": phase = .ringing
+        case "accepted": phase = .accepted
+        case "ended": phase = .ended(snapshot.outcome ?? .failed)
+        default: return nil
+        }
+        id = snapshot.id
+        appID = snapshot.appID
+        caller = snapshot.caller
+        callerDevice = snapshot.callerDevice
+        callees = snapshot.callees
+        self.status = status
+        answeredOn = snapshot.answeredOn
+        seats = snapshot.seats
+        rungDevices = snapshot.rungDevices.mapValues(Set.init)
+        filteredDevices = snapshot.filteredDevices.mapValues(Set.init)
+        phones = snapshot.phones.mapValues { $0.map { PhoneDevice(id: $0.id, voip: $0.voip, alert: $0.alert) } }
+        onHold = Set(snapshot.onHold)
+        callerToldRinging = snapshot.callerToldRinging
+        createdAtMillis = snapshot.createdAtMillis
+        ringExpiresAtMillis = snapshot.ringExpiresAtMillis
+        createdAt = now - .milliseconds(nowMillis - snapshot.createdAtMillis)
+        ringExpiresAt = now + .milliseconds(snapshot.ringExpiresAtMillis - nowMillis)
+        answeredAtMillis = snapshot.answeredAtMillis
+        endedAtMillis = snapshot.endedAtMillis
+        endedBy = snapshot.endedBy
+        endReason = snapshot.endReason
+    }
+
+    /// How long the ring timer has left at `now` (zero once the deadline passed), while anyone
+    /// still rings; nil when nobody does.
+    package func ringTimeLeft(at now: ContinuousClock.Instant) -> Duration? {
+        guard !isEnded, !ringingCallees.isEmpty else { return nil }
+        return max(.zero, ringExpiresAt - now)
+    }
+}

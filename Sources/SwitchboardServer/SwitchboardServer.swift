@@ -23,7 +23,10 @@ public final class SwitchboardServer: Sendable {
     /// Held for the process's life: one server per data directory.
     private let lock: DirectoryLock
 
-    private init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger, lock: DirectoryLock) throws {
+    /// This node's part in a cluster (`cluster_redis_url`); nil on one node.
+    private let cluster: Cluster?
+
+    private init(configuration: ServerConfiguration, store: Store, metrics: Metrics, logger: Logger, lock: DirectoryLock, cluster: Cluster?) throws {
         self.configuration = configuration
         self.store = store
         self.metrics = metrics
@@ -34,8 +37,12 @@ public final class SwitchboardServer: Sendable {
         // The push tasks log through a repeat limiter of their own: no lock shared with the loop.
         let push = PushRouter(settings: .init(configuration), store: store, logger: logger.with("component", "push").separated())
         let hub = Hub(configuration: configuration, store: store, metrics: metrics, logger: logger, push: push)
+        self.cluster = cluster
+        // Before the loop runs: the first session already finds the hub in the cluster.
+        if let cluster { hub.join(cluster) }
         gateway = Gateway(configuration: configuration, hub: hub, metrics: metrics, logger: logger)
         http = try HTTPServer(options: configuration.serverOptions, handler: gateway, logger: logger.with("component", "transport"))
+        if let cluster, let loop = http.loop { loop.execute { cluster.start(on: loop) } }
     }
 
     /// Takes the data directory's lock, opens the store, ends the calls servers that are gone left
@@ -63,9 +70,10 @@ public final class SwitchboardServer: Sendable {
         let ownerFile = (directory as NSString).appendingPathComponent("switchboard.owner")
         let previousOwner = (try? String(contentsOfFile: ownerFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
         let owner = "p_" + RandomID.alphanumeric(12)
+        // A disk that takes no writes now (full, read-only) does not stop the server: the next
+        // start then waits for the leases of this process's calls instead.
         do { try owner.write(toFile: ownerFile, atomically: true, encoding: .utf8) } catch {
-            lock.release()
-            throw StartError(description: "cannot write '\(ownerFile)': \(error.localizedDescription)")
+            logger.warning("cannot note this process in the data directory", ["file": ownerFile, "error": error.localizedDescription])
         }
         let metrics = Metrics()
         let store = try Store.open(
@@ -77,15 +85,32 @@ public final class SwitchboardServer: Sendable {
                 appRefreshSeconds: configuration.limits.appRefreshSeconds),
             owner: owner)
         let server: SwitchboardServer
+        var cluster: Cluster?
         do {
+            if let text = configuration.clusterRedisURL {
+                guard store.engine == .postgres else {
+                    throw StartError(description: "cluster_redis_url needs store_url: the nodes of a cluster share one PostgreSQL store")
+                }
+                let url = try RedisURL(text)
+                let nodeID = configuration.effectiveNodeID
+                // Refused while another live node holds this id: two nodes as one would take
+                // each other's calls and messages.
+                try Cluster.claim(nodeID: nodeID, instance: owner, url: url, timeout: .seconds(configuration.limits.nodeTimeoutSeconds))
+                cluster = Cluster(
+                    nodeID: nodeID, instance: owner, previousInstance: previousOwner, url: url, limits: configuration.limits, logger: logger)
+            }
             // On SQLite the directory's lock proves no other server runs: every call another
             // process left is over. A shared PostgreSQL may have other servers running theirs:
             // only the calls whose owner stopped renewing its lease are, and the previous
             // process's on this data directory.
+            // In a cluster nothing ends here: the nodes' sweeps take over the calls of one that
+            // died, this one's previous process's included.
             let abandoned: Store.Abandoned = store.engine == .sqlite ? .everyOtherOwner : .leaseExpired(previous: previousOwner)
-            let interrupted = try store.endAbandonedCalls(abandoned, nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
-            if interrupted > 0 { logger.warning("calls interrupted by a restart ended as failed", ["count": String(interrupted)]) }
-            server = try SwitchboardServer(configuration: configuration, store: store, metrics: metrics, logger: logger, lock: lock)
+            if cluster == nil {
+                let interrupted = try store.endAbandonedCalls(abandoned, nowMillis: Int64(Date().timeIntervalSince1970 * 1000))
+                if interrupted > 0 { logger.warning("calls interrupted by a restart ended as failed", ["count": String(interrupted)]) }
+            }
+            server = try SwitchboardServer(configuration: configuration, store: store, metrics: metrics, logger: logger, lock: lock, cluster: cluster)
         } catch {
             store.close()
             lock.release()
@@ -128,7 +153,11 @@ public final class SwitchboardServer: Sendable {
         let drained = DispatchSemaphore(value: 0)
         let grace = Duration.seconds(configuration.limits.shutdownGraceSeconds)
         let gateway = self.gateway
-        http.loop.execute { gateway.drain(grace: grace) { drained.signal() } }
+        let cluster = self.cluster
+        http.loop.execute {
+            cluster?.stop()
+            gateway.drain(grace: grace) { drained.signal() }
+        }
         drained.wait()
         http.stop()
         gateway.hub.push.shutdown()

@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 import SwitchboardProtocol
 import SwitchboardCore
@@ -24,6 +25,28 @@ final class ActiveCall {
     var unattendedTimer: TimerID?
     /// Read by the call's push tasks (no retry once it stops ringing); set on the loop.
     let ringing = RingFlag()
+    /// In a cluster: the call's batches of effects and replies, in order, each run once it is
+    /// ready (a batch that saves the call, once the save is written: `Hub.perform`).
+    private var outbox: [(id: Int, ready: Bool, run: () -> Void)] = []
+    private var lastEntry = 0
+
+    /// Queues `run`; returns its entry, for `markReady`.
+    func enqueue(ready: Bool, _ run: @escaping () -> Void) -> Int {
+        lastEntry += 1
+        outbox.append((lastEntry, ready, run))
+        return lastEntry
+    }
+
+    func markReady(_ entry: Int) {
+        if let index = outbox.firstIndex(where: { $0.id == entry }) { outbox[index].ready = true }
+    }
+
+    /// The first queued entry, taken, if it is ready.
+    func takeReady() -> (() -> Void)? {
+        guard let first = outbox.first, first.ready else { return nil }
+        outbox.removeFirst()
+        return first.run
+    }
 
     init(
         state: CallState, request: CallCreateRequest, media: CallMedia, callerName: String, handle: String, topic: String,
@@ -48,4 +71,38 @@ final class RingFlag: Sendable {
     private let stopped = Atomic<Bool>(false)
     var isRinging: Bool { !stopped.load(ordering: .acquiring) }
     func stop() { stopped.store(true, ordering: .releasing) }
+}
+
+extension ActiveCall {
+    /// What another node needs to continue the call (stored with it in a cluster): its state
+    /// and what it was started with.
+    struct Continuation: Codable {
+        var state: CallState.Snapshot
+        var request: CallCreateRequest
+        var media: CallMedia
+        var callerName: String
+        var handle: String
+        var topic: String
+        var allowedTopics: [String]
+        var devices: [String: [Device]]
+    }
+
+    /// The continuation as the store keeps it (JSON).
+    var continuation: String {
+        let value = Continuation(
+            state: state.snapshot, request: request, media: media, callerName: callerName, handle: handle, topic: topic,
+            allowedTopics: allowedTopics.sorted(), devices: devices)
+        return (try? JSONEncoder().encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? ""
+    }
+
+    /// The call a stored continuation describes, continued on this node at `now`; nil when
+    /// the text is not one.
+    convenience init?(continuing text: String, now: ContinuousClock.Instant, nowMillis: Int64) {
+        guard let value = try? JSONDecoder().decode(Continuation.self, from: Data(text.utf8)),
+            let state = CallState(continuing: value.state, now: now, nowMillis: nowMillis)
+        else { return nil }
+        self.init(
+            state: state, request: value.request, media: value.media, callerName: value.callerName, handle: value.handle, topic: value.topic,
+            allowedTopics: Set(value.allowedTopics), devices: value.devices)
+    }
 }

@@ -69,8 +69,19 @@ extension Hub {
                     logger.error("call setup read failed", ["app": appID, "error": "\(error)"])
                     throw .storeRead(error, reading: "the callees' devices")
                 }
-                answer(.success(try startCall(request, caller: caller, app: app, device: device, seat: seat, callees: callees,
-                    timeout: timeout, idempotency: idempotency, needs: needs, setup: setup)))
+                // In a cluster, who is connected or in a call on other nodes counts too (Redis);
+                // without an answer from it, this node's own knowledge.
+                let start = { [weak self] (presence: Cluster.Presence?) in
+                    guard let self else { return }
+                    do throws(ErrorBody) {
+                        let result = try startCall(request, caller: caller, app: app, device: device, seat: seat, callees: callees,
+                            timeout: timeout, idempotency: idempotency, needs: needs, presence: presence, setup: setup)
+                        // Answered once the call is stored (in a cluster: a node taking it over knows it).
+                        guard let id = result["call_id"]?.stringValue, let call = calls[id] else { return answer(.success(result)) }
+                        whenStored(call) { answer(.success(result)) }
+                    } catch { answer(.failure(error)) }
+                }
+                if let cluster { cluster.presence(of: callees, appID: appID, nowMillis: wallMillis, then: start) } else { start(nil) }
             } catch { answer(.failure(error)) }
         }
     }
@@ -86,7 +97,7 @@ extension Hub {
     /// `createCall` on the loop once the store answered: the checks that need it, then the call.
     private func startCall(
         _ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?, seat: String?, callees: [String],
-        timeout: Int, idempotency: String?, needs: CallPrerequisites, setup: CallSetupClock
+        timeout: Int, idempotency: String?, needs: CallPrerequisites, presence: Cluster.Presence?, setup: CallSetupClock
     ) throws(ErrorBody) -> JSONValue {
         // The same key again (a request that raced this one may have made the call meanwhile).
         if let idempotency, let existing = callIdempotency[idempotency], let call = calls[existing] { return describe(call) }
@@ -106,8 +117,8 @@ extension Hub {
 
         // Who is in another call, and who has a connection: the call decides who is busy,
         // who rings and how.
-        let inCall = Set(callees.filter { isInCall($0, appID: app.id) })
-        let connected = Set(callees.filter { !sessions.sessions(ofUser: Self.userKey(app.id, $0)).isEmpty })
+        let inCall = Set(callees.filter { isInCall($0, appID: app.id) }).union(presence?.inCall ?? [])
+        let connected = Set(callees.filter { !sessions.sessions(ofUser: Self.userKey(app.id, $0)).isEmpty }).union(presence?.connected ?? [])
 
         let id = RandomID.uuid().uuidString.lowercased()
         let media: CallMedia
@@ -125,6 +136,7 @@ extension Hub {
             callerName: request.callerName ?? caller.name ?? caller.sub, handle: request.handle ?? caller.handle ?? caller.sub, topic: app.bundleID,
             allowedTopics: Set(app.bundleIDs), devices: needs.devices)
         calls[id] = call
+        cluster?.hold(callID: id, untilMillis: leaseUntilMillis, nowMillis: wallMillis)
         if let idempotency { callIdempotency[idempotency] = id }
         // The call's room is made at its first join (admitToCallRoom) and closed when it ends.
         if case .room(let name) = media { callRooms[RoomKey(appID: app.id, name: name)] = id }
@@ -132,16 +144,22 @@ extension Hub {
         metrics.increment("switchboard_calls_total")
         logger.info("call created", ["call": id, "app": app.id, "caller": caller.sub, "callees": callees.joined(separator: ",")])
 
-        let duration = Duration.seconds(configuration.limits.maxCallDurationSeconds)
-        call.durationTimer = scheduler?.schedule(after: duration) { [weak self, weak call] in
+        armDurationTimer(call)
+        perform(call, call.state.start(nowMillis: wallMillis), setup: setup)
+        setup.end()
+        return describe(call)
+    }
+
+    /// Ends `call` `max_call_duration_seconds` after it started (on the wall clock: a call
+    /// taken over from another node keeps its start).
+    func armDurationTimer(_ call: ActiveCall) {
+        let endsAt = call.state.createdAtMillis + Int64(configuration.limits.maxCallDurationSeconds) * 1000
+        call.durationTimer = scheduler?.schedule(after: .milliseconds(max(0, endsAt - wallMillis))) { [weak self, weak call] in
             guard let self, let call, calls[call.state.id] === call else { return }
             call.durationTimer = nil
             logger.info("call ended at its maximum duration", ["call": call.state.id])
             perform(call, call.state.endByServer(reason: "max_duration", nowMillis: wallMillis))
         }
-        perform(call, call.state.start(nowMillis: wallMillis), setup: setup)
-        setup.end()
-        return describe(call)
     }
 
     /// What a call request must be whoever sends it: 1 to `maxCallees` distinct other users,
@@ -202,9 +220,12 @@ extension Hub {
         for identity in [state.caller] + state.callees {
             let key = Self.userKey(state.appID, identity)
             if live && (identity == state.caller || state.status[identity] == .accepted) {
-                answeredCallsByUser[key, default: []].insert(state.id)
-            } else if answeredCallsByUser[key]?.remove(state.id) != nil, answeredCallsByUser[key]?.isEmpty == true {
-                answeredCallsByUser.removeValue(forKey: key)
+                if answeredCallsByUser[key, default: []].insert(state.id).inserted {
+                    cluster?.markBusy(appID: state.appID, identity: identity, callID: state.id, untilMillis: leaseUntilMillis)
+                }
+            } else if answeredCallsByUser[key]?.remove(state.id) != nil {
+                if answeredCallsByUser[key]?.isEmpty == true { answeredCallsByUser.removeValue(forKey: key) }
+                cluster?.markBusy(appID: state.appID, identity: identity, callID: state.id, untilMillis: nil)
             }
         }
     }
@@ -236,11 +257,62 @@ extension Hub {
             try FieldLimits.check(request.callID, field: "call_id", limit: FieldLimits.callID)
             try FieldLimits.check(request.reason, field: "reason", limit: FieldLimits.reason)
         } catch { return answer(.failure(error)) }
-        guard let call = calls[request.callID], call.state.appID == app.id else {
-            return refuseForCallNotLive(request.callID, identity: claims.sub, app: app, answer: answer)
+        actOnCall(type, request, appID: app.id, identity: claims.sub, device: device, seat: seat, answer: answer)
+    }
+
+    /// An action on a call by `identity`, its grant and fields checked: carried out here when
+    /// this node runs the call; in a cluster, passed on to the node that does (`forwarded`: it
+    /// was passed on to this one), or taken over when its owner died; refused from the store's
+    /// record otherwise.
+    func actOnCall(
+        _ type: String, _ request: CallActionRequest, appID: String, identity: String, device: String?, seat: String?,
+        forwarded: Bool = false, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) {
+        guard let call = calls[request.callID], call.state.appID == appID else {
+            var action: [String: JSONValue] = [
+                "action": .string(type), "call_id": .string(request.callID), "app": .string(appID), "identity": .string(identity),
+            ]
+            if let reason = request.reason { action["reason"] = .string(reason) }
+            if let filter = request.filter { action["filter"] = .string(filter.rawValue) }
+            if let device { action["device"] = .string(device) }
+            if let seat { action["seat"] = .string(seat) }
+            return notLiveHere(request.callID, appID: appID, identity: identity, action: action, forwarded: forwarded, answer: answer) {
+                [weak self] call in
+                self?.actHere(type, request, on: call, identity: identity, device: device, seat: seat, answer: answer)
+            }
         }
-        do throws(ErrorBody) { answer(.success(try act(type, request, on: call, identity: claims.sub, device: device, seat: seat))) } catch {
-            answer(.failure(error))
+        actHere(type, request, on: call, identity: identity, device: device, seat: seat, answer: answer)
+    }
+
+    /// `act`, answered once what it did is stored (`whenStored`).
+    private func actHere(
+        _ type: String, _ request: CallActionRequest, on call: ActiveCall, identity: String, device: String?, seat: String?,
+        answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) {
+        do throws(ErrorBody) {
+            let result = try act(type, request, on: call, identity: identity, device: device, seat: seat)
+            whenStored(call) { answer(.success(result)) }
+        } catch { answer(.failure(error)) }
+    }
+
+    /// A request about a call this node does not run: in a cluster, passed on to the node
+    /// that runs it, or continued here (`continueHere`) once this node took over a call whose
+    /// owner died; refused from the store's record when no node runs it.
+    private func notLiveHere(
+        _ callID: String, appID: String, identity: String, action: [String: JSONValue], forwarded: Bool,
+        answer: @escaping (Result<JSONValue, ErrorBody>) -> Void, continueHere: @escaping (ActiveCall) -> Void
+    ) {
+        guard let cluster, !forwarded else { return refuseForCallNotLive(callID, identity: identity, appID: appID, answer: answer) }
+        cluster.forward(action, callID: callID, answer: answer) { [weak self] in
+            guard let self else { return }
+            takeOverIfAbandoned(callID) { [weak self] whereabouts in
+                guard let self else { return }
+                switch whereabouts {
+                case .here(let call) where call.state.appID == appID: continueHere(call)
+                case .heldElsewhere: answer(.failure(Cluster.ownerGone))
+                default: refuseForCallNotLive(callID, identity: identity, appID: appID, answer: answer)
+                }
+            }
         }
     }
 
@@ -249,8 +321,7 @@ extension Hub {
 
     /// The refusal of a request about a call not live here: `call_ended` to a participant once
     /// the store shows the call (it ended), else `call_not_found`.
-    private func refuseForCallNotLive(_ id: String, identity: String, app: App, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
-        let appID = app.id
+    private func refuseForCallNotLive(_ id: String, identity: String, appID: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
         withStore(for: appID, { try $0.callSummary(id: id, appID: appID) }) { result in
             if case .success(let stored?) = result, stored.caller == identity || stored.callees.contains(identity) {
                 answer(.failure(CallError.ended.body))
@@ -314,28 +385,96 @@ extension Hub {
         _ request: CallHoldRequest, claims: AccessTokenClaims, app: App, device: String?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
     ) {
         guard claims.grants.call == true else { return answer(.failure(Self.callGrantNeeded)) }
-        let identity = claims.sub
-        guard let call = calls[request.callID], call.state.appID == app.id else {
-            return refuseForCallNotLive(request.callID, identity: identity, app: app, answer: answer)
+        holdOnCall(request, appID: app.id, identity: claims.sub, device: device, answer: answer)
+    }
+
+    /// `holdCall` once its grant is checked, wherever the call runs (`actOnCall`).
+    func holdOnCall(
+        _ request: CallHoldRequest, appID: String, identity: String, device: String?, forwarded: Bool = false,
+        answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) {
+        let hold = { [weak self] (call: ActiveCall) in
+            guard let self else { return }
+            let effects: [CallState.Effect]
+            do throws(CallError) { effects = try call.state.hold(by: identity, onHold: request.onHold) } catch { return answer(.failure(error.body)) }
+            if !effects.isEmpty {
+                store.trace(
+                    callID: call.state.id, user: identity, device: device ?? "rest", channel: "device", event: request.onHold ? "held" : "resumed",
+                    atMillis: wallMillis)
+            }
+            perform(call, effects)
+            let result = describe(call)
+            whenStored(call) { answer(.success(result)) }
         }
-        let effects: [CallState.Effect]
-        do { effects = try call.state.hold(by: identity, onHold: request.onHold) } catch { return answer(.failure(error.body)) }
-        if !effects.isEmpty {
-            store.trace(
-                callID: call.state.id, user: identity, device: device ?? "rest", channel: "device", event: request.onHold ? "held" : "resumed",
-                atMillis: wallMillis)
+        guard let call = calls[request.callID], call.state.appID == appID else {
+            var action: [String: JSONValue] = [
+                "action": .string(MessageType.callHold), "call_id": .string(request.callID), "app": .string(appID), "identity": .string(identity),
+                "on_hold": .bool(request.onHold),
+            ]
+            if let device { action["device"] = .string(device) }
+            return notLiveHere(request.callID, appID: appID, identity: identity, action: action, forwarded: forwarded, answer: answer, continueHere: hold)
         }
-        perform(call, effects)
-        answer(.success(describe(call)))
+        hold(call)
     }
 
     /// Carries out a call's effects, in order. `setup` times a new call's first save and pushes.
+    ///
+    /// In a cluster another node continues the call from what is stored if this one dies, so
+    /// nobody hears of a state before it is stored: a batch that saves the call waits for the
+    /// write, and every later batch and reply of the call waits behind it, in order
+    /// (`ActiveCall.outbox`). A caller never hears "accepted" of an answer a node taking the
+    /// call over would not know.
     func perform(_ call: ActiveCall, _ effects: [CallState.Effect], setup: CallSetupClock? = nil) {
         indexAnswered(call)
+        guard cluster != nil else { return carryOut(call, effects, setup: setup) }
+        let saves = effects.contains(.save)
+        let entry = call.enqueue(ready: !saves) { [weak self, weak call] in
+            guard let self, let call else { return }
+            carryOut(call, effects.filter { $0 != .save }, setup: setup)
+        }
+        if saves {
+            save(call, setup: setup) { [weak self, weak call] in
+                guard let self, let call else { return }
+                call.markReady(entry)
+                drain(call)
+            }
+        }
+        drain(call)
+    }
+
+    /// Runs `body` once everything the call did before is stored and carried out (at once on
+    /// one node): a reply to a call action goes after the events it caused.
+    func whenStored(_ call: ActiveCall, _ body: @escaping () -> Void) {
+        _ = call.enqueue(ready: true, body)
+        drain(call)
+    }
+
+    private func drain(_ call: ActiveCall) {
+        while let next = call.takeReady() { next() }
+    }
+
+    /// Writes the call as it stands; `stored` runs on the loop once it is written.
+    private func save(_ call: ActiveCall, setup: CallSetupClock?, stored: (() -> Void)? = nil) {
+        setup?.begin()
+        let stored = stored.map(LoopBound.init)
+        let scheduler = self.scheduler
+        var written: (@Sendable () -> Void)?
+        if setup != nil || stored != nil {
+            written = { @Sendable in
+                setup?.end()
+                if let stored { scheduler?.execute { stored.value() } }
+            }
+        }
+        store.saveCall(
+            call.state, idempotencyKey: call.request.idempotencyKey, leaseUntilMillis: leaseUntilMillis,
+            continuation: cluster == nil ? nil : call.continuation, written: written)
+    }
+
+    private func carryOut(_ call: ActiveCall, _ effects: [CallState.Effect], setup: CallSetupClock?) {
         for effect in effects {
             switch effect {
             case .notify(let identity, let event, let except):
-                delivery.deliver(OutgoingEvent(event), toUser: identity, appID: call.state.appID, except: except)
+                delivery.deliver(OutgoingEvent(event), toUser: identity, appID: call.state.appID, except: except, invitation: nil)
             case .ringConnections(let callee):
                 ringConnections(callee, call: call)
             case .push(let push, let callee, let deviceID):
@@ -351,12 +490,7 @@ extension Hub {
                 if let timer = call.ringTimer { scheduler?.cancel(timer) }
                 call.ringTimer = nil
             case .save:
-                var written: (@Sendable () -> Void)?
-                if let setup {
-                    setup.begin()
-                    written = { setup.end() }
-                }
-                store.saveCall(call.state, idempotencyKey: call.request.idempotencyKey, leaseUntilMillis: leaseUntilMillis, written: written)
+                save(call, setup: setup)
             case .recordHistory:
                 store.recordHistory(call.state, video: call.video)
             case .finished:
@@ -386,8 +520,19 @@ extension Hub {
             call.unattendedTimer = nil
             let state = call.state
             guard !state.present.contains(where: { !sessions.sessions(ofUser: Self.userKey(state.appID, $0)).isEmpty }) else { return }
-            logger.info("call ended: nobody in it is connected", ["call": state.id])
-            perform(call, call.state.endByServer(reason: "unattended", nowMillis: wallMillis))
+            let end = { [weak self, weak call] in
+                guard let self, let call, calls[call.state.id] === call else { return }
+                logger.info("call ended: nobody in it is connected", ["call": call.state.id])
+                perform(call, call.state.endByServer(reason: "unattended", nowMillis: wallMillis))
+            }
+            guard let cluster else { return end() }
+            // Its participants may be on other nodes: ended only when none is anywhere (and
+            // looked at again a period later when one is, or when Redis cannot say).
+            cluster.presence(of: state.present, appID: state.appID, nowMillis: wallMillis) { [weak self, weak call] presence in
+                guard let self, let call else { return }
+                if let presence, presence.connected.isEmpty { return end() }
+                checkAttendance(call)
+            }
         }
     }
 
@@ -407,6 +552,7 @@ extension Hub {
         for timer in [call.durationTimer, call.unattendedTimer, call.ringTimer].compactMap({ $0 }) { scheduler?.cancel(timer) }
         (call.durationTimer, call.unattendedTimer, call.ringTimer) = (nil, nil, nil)
         calls.removeValue(forKey: state.id)
+        cluster?.release(callID: state.id)
         for identity in [state.caller] + state.callees {
             let key = Self.userKey(state.appID, identity)
             if liveCallsByUser[key]?.remove(state.id) != nil, liveCallsByUser[key]?.isEmpty == true {

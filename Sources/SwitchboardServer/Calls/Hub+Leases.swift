@@ -7,15 +7,20 @@ extension Hub {
     var leaseUntilMillis: Int64 { wallMillis + Int64(configuration.limits.callLeaseSeconds) * 1000 }
 
     /// Every third of `call_lease_seconds`: extends this server's hold on its live calls (one
-    /// queued statement), and on a store other servers share ends the calls whose owner
-    /// stopped renewing (it died without ending them). On SQLite no other server can run, so
-    /// there is nothing to sweep: the start ended what a previous process left.
+    /// queued statement; in a cluster, their keys in Redis too), and on a store other servers
+    /// share ends the calls whose owner stopped renewing (it died without ending them), or in
+    /// a cluster takes them over. On SQLite no other server can run, so there is nothing to
+    /// sweep: the start ended what a previous process left.
     func keepCallLeases() {
         let period = Duration.milliseconds(configuration.limits.callLeaseSeconds * 1000 / 3)
         _ = scheduler?.schedule(after: period) { [weak self] in
             guard let self else { return }
             if !calls.isEmpty { store.renewCallLeases(untilMillis: leaseUntilMillis) }
-            if store.engine == .postgres {
+            if cluster != nil {
+                // A cluster continues the calls of a dead node instead of ending them.
+                renewClusterLeases()
+                takeOverAbandonedCalls()
+            } else if store.engine == .postgres {
                 let logger = self.logger
                 store.endAbandonedCallsLater(.leaseExpired(), nowMillis: wallMillis) { ended in
                     if ended > 0 { logger.warning("calls of a server that stopped renewing them ended as failed", ["count": String(ended)]) }

@@ -27,16 +27,26 @@ extension Hub {
         .incoming(callID: call.state.id, invite: .object(invitation(call)))
     }
 
-    /// Delivers the invite to every connection of `callee`: each is traced, and a live one has
-    /// reached the callee.
+    /// Delivers the invite to every connection of `callee`, wherever they are connected; each
+    /// delivery comes back as a receipt (`invitationDelivered`).
     func ringConnections(_ callee: String, call: ActiveCall) {
         let state = call.state
-        let receipts = delivery.deliver(OutgoingEvent(incoming(call)), toUser: callee, appID: state.appID, except: nil)
+        delivery.deliver(
+            OutgoingEvent(incoming(call)), toUser: callee, appID: state.appID, except: nil,
+            invitation: Invitation(callID: state.id, callee: callee))
+    }
+
+    /// Where a call's invite to `callee` went (this node's sessions at once, another node's
+    /// when it says): each delivery is traced, the call knows which devices it rang, and a live
+    /// one has reached the callee.
+    func invitationDelivered(_ receipts: [DeliveryReceipt], _ invitation: Invitation) {
+        guard let call = calls[invitation.callID], !receipts.isEmpty else { return }
+        let callee = invitation.callee
         call.state.rang(callee, devices: Set(receipts.map(\.device)))
         let nowMillis = wallMillis
         for receipt in receipts {
             store.trace(
-                callID: state.id, user: callee, device: receipt.device, channel: "websocket",
+                callID: call.state.id, user: callee, device: receipt.device, channel: "websocket",
                 event: receipt.attached ? "delivered" : "queued_for_resume", atMillis: nowMillis)
             if receipt.attached { perform(call, call.state.reached(callee: callee)) }
         }

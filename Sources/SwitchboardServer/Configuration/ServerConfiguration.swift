@@ -16,6 +16,10 @@ public struct ServerConfiguration: Sendable {
     /// The PostgreSQL database of the store (`postgres://user@host:port/db?…`); nil: SQLite
     /// in `dataDirectory`.
     public var storeURL: String?
+    /// Redis of a cluster (`redis://[user:password@]host:port[/db]`); nil: one node.
+    public var clusterRedisURL: String?
+    /// This node's name in a cluster, unique among live nodes; nil: the host name and port.
+    public var nodeID: String?
     /// The folder of the web client's static files.
     public var webRoot = "./web"
     public var logLevel = Logger.Level.info
@@ -106,6 +110,11 @@ public struct ServerConfiguration: Sendable {
         /// How long a server's claim on its live calls lasts unless renewed (every third of it):
         /// a call whose owner stopped renewing is ended by another server sharing the store.
         public var callLeaseSeconds = 15
+        /// A node that stopped renewing its presence in the cluster (it renews every third of
+        /// this) is gone after this long: its sessions' entries expire and its id is free.
+        public var nodeTimeoutSeconds = 10
+        /// How long a node waits for the node that owns a call to answer an action it passed on.
+        public var clusterForwardTimeoutMillis = 5000
         /// Any call ends this long after it started.
         public var maxCallDurationSeconds = 86_400
         /// Request bodies buffered at once across every connection.
@@ -138,6 +147,11 @@ public struct ServerConfiguration: Sendable {
     }
 
     /// A setting's value could not be used.
+    /// Settings that cannot go together, as a sentence.
+    public struct SettingsConflict: Error, CustomStringConvertible {
+        public var description: String
+    }
+
     public struct InvalidSetting: Error, CustomStringConvertible {
         public var name: String
         public var value: String
@@ -174,6 +188,21 @@ public struct ServerConfiguration: Sendable {
                 throw InvalidSetting(name: "store_url", value: Store.withoutPassword(text), expected: "a postgres:// URL")
             }
             config.storeURL = text
+        },
+        Setting(
+            name: "cluster_redis_url", summary: "Redis of a cluster of nodes (redis://[user:password@]host:port[/db]); none: one node. Needs store_url."
+        ) { config, text in
+            guard !text.isEmpty else { return config.clusterRedisURL = nil }
+            do throws(RedisError) { _ = try RedisURL(text) } catch {
+                throw InvalidSetting(name: "cluster_redis_url", value: "…", expected: error.description)
+            }
+            config.clusterRedisURL = text
+        },
+        Setting(name: "node_id", summary: "This node's name in a cluster, unique among live nodes; default: host name and port.") { config, text in
+            guard (1...64).contains(text.utf8.count), text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-_.:".contains($0)) }) else {
+                throw InvalidSetting(name: "node_id", value: String(text.prefix(80)), expected: "1-64 letters, digits, '-', '_', '.' or ':'")
+            }
+            config.nodeID = text
         },
         string("web_root", "Directory of the web client's static files.", \.webRoot),
         Setting(name: "log_level", summary: "Lowest level logged: debug, info, warn, error.") { config, text in
@@ -298,6 +327,12 @@ public struct ServerConfiguration: Sendable {
         int(
             "call_lease_seconds", "How long a server's claim on its live calls lasts unless renewed (every third of it); then another server ends them.",
             3...300, \.limits.callLeaseSeconds),
+        int(
+            "node_timeout_seconds", "A cluster node that stopped renewing its presence (every third of this) is gone after this long.",
+            3...300, \.limits.nodeTimeoutSeconds),
+        int(
+            "cluster_forward_timeout_ms", "How long a node waits for the node owning a call to answer an action passed on to it; then 503.",
+            100...60_000, \.limits.clusterForwardTimeoutMillis),
         int("max_call_duration_seconds", "Any call ends this long after it started.", 60...(7 * 86400), \.limits.maxCallDurationSeconds),
         int(
             "max_buffered_body_bytes", "Request bodies held at once across all connections, before credentials are checked; past it 503.",
@@ -326,6 +361,15 @@ public struct ServerConfiguration: Sendable {
                 name: "max_header_bytes", value: String(head),
                 expected: "at least max_token_bytes + 1024 (\(token + 1024)), so that a request head can carry the longest token accepted")
         }
+        if clusterRedisURL != nil, storeURL == nil {
+            throw SettingsConflict(
+                description: "cluster_redis_url needs store_url too: the nodes of a cluster share one PostgreSQL store (an SQLite file is one node's)")
+        }
+    }
+
+    /// This node's id: `node_id`, or the host name and port.
+    var effectiveNodeID: String {
+        nodeID ?? (ProcessInfo.processInfo.hostName.prefix(48) + ":" + String(port))
     }
 
     /// The TURN settings as a service.
@@ -387,6 +431,9 @@ public struct ServerConfiguration: Sendable {
             "call_unattended_seconds": String(limits.callUnattendedSeconds),
             "max_call_duration_seconds": String(limits.maxCallDurationSeconds),
             "call_lease_seconds": String(limits.callLeaseSeconds),
+            "cluster_redis_url": "none", "node_id": "host name and port",
+            "node_timeout_seconds": String(limits.nodeTimeoutSeconds),
+            "cluster_forward_timeout_ms": String(limits.clusterForwardTimeoutMillis),
             "max_buffered_body_bytes": String(limits.maxBufferedBodyBytes),
         ]
     }

@@ -22,23 +22,31 @@ package struct OutgoingEvent {
 }
 
 /// Where one delivery to a user's device went.
-package struct DeliveryReceipt: Equatable {
+package struct DeliveryReceipt: Equatable, Sendable {
     /// How call events address the device (`CallState.DeviceKey`).
     package var device: String
     /// False when the session is detached (in its resume grace): the event waits in its log.
     package var attached: Bool
 }
 
+/// The invite of a call, delivered to a callee: where it went is reported to the call's owner
+/// (`Hub.invitationDelivered`), as an event, never as the delivery's return: the sessions of
+/// this node at once, those of other nodes when their node answers.
+package struct Invitation: Sendable {
+    package var callID: String
+    package var callee: String
+}
+
 /// The seam between the hub's decisions and where the receiving sessions are connected: every
 /// event the hub sends to a session goes through it. `LocalDelivery` delivers within this
-/// process; with several nodes, an implementation backed by Redis delivers what is local
-/// through it and forwards the rest to the node holding the session.
+/// process; with several nodes, `ClusterDelivery` delivers what is local through it and
+/// publishes the rest to the nodes holding the user's other sessions.
 package protocol EventDelivery: AnyObject {
     /// To one session by peer id (a room member).
     func deliver(_ event: OutgoingEvent, toPeer peerID: String)
     /// To every session of `identity` in `appID`, except the one on device `except`.
-    @discardableResult
-    func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?) -> [DeliveryReceipt]
+    /// `invitation`: the event is a call's invite, whose receipts go to the call's owner.
+    func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?)
 }
 
 /// Delivery to the sessions of this process: sequenced, kept for resume, written if attached.
@@ -52,7 +60,13 @@ final class LocalDelivery: EventDelivery {
         hub.sendEvent(event, to: session)
     }
 
-    func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?) -> [DeliveryReceipt] {
+    func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?) {
+        let receipts = deliverHere(event, toUser: identity, appID: appID, except: except)
+        if let invitation { hub.invitationDelivered(receipts, invitation) }
+    }
+
+    /// Delivers to the user's sessions on this node and says where it went.
+    func deliverHere(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?) -> [DeliveryReceipt] {
         var receipts: [DeliveryReceipt] = []
         for session in hub.sessions.sessions(ofUser: Hub.userKey(appID, identity)) where session.deviceKey != except {
             hub.sendEvent(event, to: session)

@@ -79,11 +79,24 @@ final class Hub: @unchecked Sendable {
         acceptedSecretTags = Self.acceptedSecretTags(store.cachedApps(), at: Date())
     }
 
-    /// Every event to a session goes through here (the seam a cluster plugs into).
-    private(set) lazy var delivery: any EventDelivery = LocalDelivery(hub: self)
+    /// Delivery to the sessions of this process.
+    private(set) lazy var localDelivery = LocalDelivery(hub: self)
+    /// Every event to a session goes through here: `localDelivery` on one node,
+    /// `ClusterDelivery` in a cluster.
+    private(set) lazy var delivery: any EventDelivery = localDelivery
+    /// This node's part in a cluster; nil on one node.
+    private(set) var cluster: Cluster?
 
-    /// Delivers through `delivery` instead of within this process only (several nodes).
-    func deliver(through delivery: any EventDelivery) { self.delivery = delivery }
+    /// Joins the hub to a cluster: events for users go to every node, the node listens for its
+    /// users' events, and calls, presence and busy are read and written cluster-wide.
+    func join(_ cluster: Cluster) {
+        self.cluster = cluster
+        cluster.hub = self
+        delivery = ClusterDelivery(local: localDelivery, cluster: cluster)
+        sessions.userPresenceChanged = { [weak cluster] appID, identity, present in
+            cluster?.userPresenceChanged(appID: appID, identity: identity, present: present)
+        }
+    }
 
     /// The session with this peer id, attached or in its grace period.
     func session(peerID: String) -> Session? { sessions.session(peerID: peerID) }

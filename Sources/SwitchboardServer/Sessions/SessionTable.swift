@@ -8,6 +8,9 @@ final class SessionTable {
     private var byConnection: [ConnectionID: Session] = [:]
     private var byResumeToken: [String: Session] = [:]
     private var byUser: [String: [Session]] = [:]
+    /// Called when a user (`Hub.userKey`) gets its first session here (true) or loses its last
+    /// (false): a cluster listens for the user's events on this node while it has one.
+    var userPresenceChanged: ((_ appID: String, _ identity: String, _ present: Bool) -> Void)?
 
     /// Sessions attached to a connection or waiting in their grace period.
     var count: Int { byPeer.count }
@@ -27,7 +30,10 @@ final class SessionTable {
         byPeer[session.peerID] = session
         byConnection[connection] = session
         byResumeToken[session.resumeToken] = session
-        byUser[Hub.userKey(session.app.id, session.identity), default: []].append(session)
+        let key = Hub.userKey(session.app.id, session.identity)
+        let first = byUser[key] == nil
+        byUser[key, default: []].append(session)
+        if first { userPresenceChanged?(session.app.id, session.identity, true) }
     }
 
     /// Attaches a session to a new connection; returns the one it was still attached to.
@@ -51,7 +57,10 @@ final class SessionTable {
         byPeer.removeValue(forKey: session.peerID)
         let key = Hub.userKey(session.app.id, session.identity)
         byUser[key]?.removeAll { $0 === session }
-        if byUser[key]?.isEmpty == true { byUser.removeValue(forKey: key) }
+        if byUser[key]?.isEmpty == true {
+            byUser.removeValue(forKey: key)
+            userPresenceChanged?(session.app.id, session.identity, false)
+        }
         byResumeToken.removeValue(forKey: session.resumeToken)
         guard let connection = session.connection else { return nil }
         byConnection.removeValue(forKey: connection)

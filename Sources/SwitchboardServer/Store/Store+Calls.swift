@@ -11,20 +11,24 @@ extension Store {
     /// Writes a call's record (queued), with this store's `owner` holding it until
     /// `leaseUntilMillis` (`renewCallLeases` extends it); `written` runs on the writer once it is
     /// stored.
-    func saveCall(_ state: CallState, idempotencyKey: String?, leaseUntilMillis: Int64, written: (@Sendable () -> Void)? = nil) {
+    /// `continuation`: what another node needs to continue the call (in a cluster).
+    func saveCall(
+        _ state: CallState, idempotencyKey: String?, leaseUntilMillis: Int64, continuation: String? = nil, written: (@Sendable () -> Void)? = nil
+    ) {
         let summary = JSONText.string(state.summary)
         let callees = JSONText.string(.array(state.callees.map(JSONValue.string)))
         let phase = state.isEnded ? "ended" : state.isRinging ? "ringing" : "accepted"
         let owner = self.owner
         enqueue("call", statements: [SQLStatement(
             """
-            INSERT INTO calls (id, app_id, caller, callees, state, summary, created_at, idempotency_key, owner, lease_until)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO calls (id, app_id, caller, callees, state, summary, created_at, idempotency_key, owner, lease_until, continuation)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (id) DO UPDATE SET state = excluded.state, summary = excluded.summary, owner = excluded.owner,
-                lease_until = excluded.lease_until
+                lease_until = excluded.lease_until, continuation = excluded.continuation
             """,
             [.text(state.id), .text(state.appID), .text(state.caller), .text(callees), .text(phase), .text(summary),
-             .integer(state.createdAtMillis), idempotencyKey.map(SQLValue.text) ?? .null, .text(owner), .integer(leaseUntilMillis)])],
+             .integer(state.createdAtMillis), idempotencyKey.map(SQLValue.text) ?? .null, .text(owner), .integer(leaseUntilMillis),
+             state.isEnded ? .null : continuation.map(SQLValue.text) ?? .null])],
             written: written)
     }
 
@@ -101,6 +105,38 @@ extension Store {
         }
     }
 
+    /// The live calls other servers stopped renewing (their lease expired), with what another
+    /// node needs to continue each (nil: the call was stored without it). At most `limit`.
+    /// `id`: that call only. `previous`: a process known to be gone, whose calls count whatever
+    /// their lease says.
+    func abandonedCalls(nowMillis: Int64, id: String? = nil, previous: String? = nil, limit: Int = 100) throws -> [AbandonedCall] {
+        let which: Abandoned = id.map { .leaseExpiredCall($0) } ?? .leaseExpired(previous: previous)
+        return try read { database in
+            try database.query(
+                "SELECT id, continuation FROM calls WHERE " + Self.abandoned(which) + " ORDER BY created_at LIMIT ?",
+                Self.abandonedParameters(which, owner, nowMillis) + [.integer(Int64(limit))]
+            ).compactMap { row in row[0].string.map { AbandonedCall(id: $0, continuation: row[1].string) } }
+        }
+    }
+
+    /// Whether call `id` is live in the store and held by a server that renews it (nil: ended
+    /// or unknown), and if its lease expired, what another node needs to continue it.
+    func liveCall(id: String, nowMillis: Int64) throws -> (abandoned: AbandonedCall?, held: Bool)? {
+        try read { database in
+            guard let row = try database.query(
+                "SELECT id, continuation, lease_until, owner FROM calls WHERE id = ? AND state != 'ended'", [.text(id)]).first
+            else { return nil }
+            let expired = (row[2].int64 ?? 0) < nowMillis && row[3].string != owner
+            return (expired ? AbandonedCall(id: id, continuation: row[1].string) : nil, !expired)
+        }
+    }
+
+    /// A live call whose owner stopped renewing it, and what another node needs to continue it.
+    struct AbandonedCall: Sendable {
+        var id: String
+        var continuation: String?
+    }
+
     /// Which calls of other servers recovery ends.
     enum Abandoned: Sendable {
         /// Every call another process left live: on SQLite, where the data directory's lock
@@ -110,6 +146,8 @@ extension Store {
         /// known to be gone (the one that held this server's data directory before it): on a
         /// store several servers share, where the others may be running.
         case leaseExpired(previous: String? = nil)
+        /// That one call, if its lease expired (one another node cannot continue).
+        case leaseExpiredCall(String)
     }
 
     /// Ends the calls other servers left ringing or answered (`which`) as `failed`, reason
@@ -139,6 +177,7 @@ extension Store {
         switch which {
         case .everyOtherOwner: "state != 'ended' AND (owner IS NULL OR owner != ?)"
         case .leaseExpired: "state != 'ended' AND (owner IS NULL OR owner != ?) AND (lease_until IS NULL OR lease_until < ? OR owner = ?)"
+        case .leaseExpiredCall: "state != 'ended' AND (owner IS NULL OR owner != ?) AND (lease_until IS NULL OR lease_until < ?) AND id = ?"
         }
     }
 
@@ -146,6 +185,7 @@ extension Store {
         switch which {
         case .everyOtherOwner: [.text(owner)]
         case .leaseExpired(let previous): [.text(owner), .integer(nowMillis), .text(previous ?? "")]
+        case .leaseExpiredCall(let id): [.text(owner), .integer(nowMillis), .text(id)]
         }
     }
 

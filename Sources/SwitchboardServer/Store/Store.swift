@@ -136,6 +136,11 @@ public final class Store: Sendable {
         """
         ALTER TABLE calls ADD COLUMN lease_until INTEGER;
         """,
+        // 8: what another node of a cluster needs to continue a call whose owner died
+        // (`ActiveCall.Continuation`, JSON); none on a single node.
+        """
+        ALTER TABLE calls ADD COLUMN continuation TEXT;
+        """,
     ]
 
     /// Which database the store runs on.
@@ -449,7 +454,7 @@ public final class Store: Sendable {
     }
 
     /// Queues `statements`, written in one transaction in order with every other write;
-    /// `written` runs on the writer once they are committed. Statements travel to the database
+    /// `written` runs on the writer once they are committed (or lost to an error of their own). Statements travel to the database
     /// with the others of their batch in one round trip.
     public func enqueue(_ what: String, statements: [SQLStatement], written: (@Sendable () -> Void)? = nil) {
         enqueue(Write(what: what, statements: statements, written: written))
@@ -546,6 +551,7 @@ public final class Store: Sendable {
     private func failed(_ write: Write, _ error: any Error) {
         metrics?.increment("switchboard_store_writes_total", ["outcome": "error"])
         logger.error("store write failed", ["what": write.what, "error": "\(error)"])
+        write.written?()  // settled: nothing waits for it any longer
     }
 
     /// Why the storage does not take writes now ("disk full", "read-only"...), or nil.

@@ -33,7 +33,8 @@ public final class EventLoop: @unchecked Sendable {
     private var ownedStrings: [UnsafeMutablePointer<CChar>] = []
     private let retryPolicy: UnsafeMutablePointer<lws_retry_bo_t>
     private var timer: UnsafeMutableRawPointer?
-    private let evLoop: UnsafeMutableRawPointer
+    /// The libev loop under the context (Redis connections attach to it). Loop thread only.
+    let evLoop: UnsafeMutableRawPointer
     private let foreignLoops: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     private var timers = TimerHeap()
     private var timerArmedAt: UInt64 = .max

@@ -1,0 +1,347 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardSystem
+import SwitchboardSupport
+
+/// This node's part in a cluster (`cluster_redis_url`): its name in Redis, the channels it
+/// listens on and the messages it exchanges with the other nodes. Redis holds no state a node
+/// cannot rebuild: who is a live node (`sb:node:<id>`, renewed every third of
+/// `node_timeout_seconds`), which node owns each live call (`sb:call:<id>`, renewed with the
+/// call's lease), who is in an answered call (`sb:busy:<app>:<identity>`, a sorted set of call
+/// ids scored by their lease), and pub/sub: a channel per node (`sb:n:<id>`: actions passed on
+/// to a call's owner, their answers, invite receipts) and a channel per user (`sb:u:<app>:
+/// <identity>`) every node with a session of that user listens on. Loop thread only, after
+/// `claim`.
+///
+/// Safety of `@unchecked Sendable`: confined to the loop thread like the hub (the server
+/// hands it to the loop once, through `execute`).
+final class Cluster: @unchecked Sendable {
+    let nodeID: String
+    /// This process's value of the node key: a node restarted under the same id is another one.
+    let instance: String
+    /// The process that ran before this one on its data directory: gone, so its calls are
+    /// taken over at once, whatever their lease says.
+    let previousInstance: String?
+    let url: RedisURL
+    let logger: Logger
+    private let nodeTimeout: Duration
+    private let forwardTimeout: Duration
+    private var commands: RedisConnection?
+    private var subscriber: RedisConnection?
+    /// The user channels this node listens on (it has a session of the user).
+    private var userChannels: Set<String> = []
+    /// Actions passed on to other nodes, waiting for their answer, by request number.
+    private var forwards: [UInt64: Forward] = [:]
+    private var nextForward: UInt64 = 0
+    private var heartbeat: TimerID?
+    private weak var loop: EventLoop?
+    /// What arrives from other nodes goes to the hub.
+    weak var hub: Hub?
+
+    struct Forward {
+        var answer: (Result<JSONValue, ErrorBody>) -> Void
+        var timer: TimerID?
+    }
+
+    init(nodeID: String, instance: String, previousInstance: String?, url: RedisURL, limits: ServerConfiguration.Limits, logger: Logger) {
+        self.nodeID = nodeID
+        self.instance = instance
+        self.previousInstance = previousInstance
+        self.url = url
+        self.logger = logger.with("component", "cluster")
+        nodeTimeout = .seconds(limits.nodeTimeoutSeconds)
+        forwardTimeout = .milliseconds(limits.clusterForwardTimeoutMillis)
+    }
+
+    // MARK: Keys and channels
+
+    static func nodeKey(_ node: String) -> String { "sb:node:" + node }
+    static func nodeChannel(_ node: String) -> String { "sb:n:" + node }
+    static func userChannel(appID: String, identity: String) -> String { "sb:u:" + appID + ":" + identity }
+    static func callKey(_ callID: String) -> String { "sb:call:" + callID }
+    static func busyKey(appID: String, identity: String) -> String { "sb:busy:" + appID + ":" + identity }
+
+    /// Sets a key to this node's value when it is this node's or nobody's; answers 1 when it
+    /// did, 0 when another holds it.
+    static let holdScript = """
+        local v = redis.call('get', KEYS[1])
+        if v == false or v == ARGV[1] then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+        return 0
+        """
+
+    // MARK: Membership
+
+    /// Takes `nodeID` for this process before the server listens, or refuses with a sentence
+    /// when a live node holds it (or Redis cannot be reached).
+    static func claim(nodeID: String, instance: String, url: RedisURL, timeout: Duration) throws -> Void {
+        let replies: [RedisValue]
+        do {
+            replies = try RedisConnection.blocking(url, [["SET", nodeKey(nodeID), instance, "NX", "PX", String(timeout.milliseconds)]])
+        } catch {
+            throw StartError(description: "cluster_redis_url: \(error.description)")
+        }
+        if case .error(let message)? = replies.first {
+            throw StartError(description: "cluster_redis_url: Redis at \(url) refused to register the node: \(message)")
+        }
+        guard replies.first?.text == "OK" else {
+            throw StartError(
+                description: "another live node uses node_id '\(nodeID)' (Redis at \(url)): give each node its own --node-id, or wait \(Int(timeout.seconds)) s after a node stopped")
+        }
+    }
+
+    /// Opens the connections on `loop` (the hub's thread), listens on the node's channel and
+    /// renews the node's key every third of `node_timeout_seconds`.
+    func start(on loop: EventLoop) {
+        self.loop = loop
+        let commands = RedisConnection(url: url, loop: loop)
+        commands.onStateChange = { [weak self] up in
+            guard let self else { return }
+            if up { logger.info("connected to Redis", ["redis": url.description]) } else { logger.warning("lost Redis; reconnecting", ["redis": url.description]) }
+        }
+        let subscriber = RedisConnection(url: url, loop: loop)
+        subscriber.onStateChange = { [weak self] up in
+            guard let self, up, let subscriber = self.subscriber else { return }
+            subscriber.subscribe([Self.nodeChannel(nodeID)] + userChannels.sorted())
+        }
+        subscriber.onMessage = { [weak self] channel, payload in self?.received(payload, on: channel) }
+        self.commands = commands
+        self.subscriber = subscriber
+        renewNode()
+    }
+
+    private func renewNode() {
+        let timeout = nodeTimeout
+        commands?.send(["EVAL", Self.holdScript, "1", Self.nodeKey(nodeID), instance, String(timeout.milliseconds)]) { [weak self] result in
+            guard let self else { return }
+            if case .success(.integer(0)) = result {
+                logger.error("another process took this node's id in Redis: two nodes run as one", ["node": nodeID])
+            }
+        }
+        heartbeat = loop?.schedule(after: timeout / 3) { [weak self] in self?.renewNode() }
+    }
+
+    /// Leaves the cluster: the node's key goes (if still its own), the connections close. Not
+    /// from inside a Redis reply.
+    func stop() {
+        if let heartbeat { loop?.cancel(heartbeat) }
+        heartbeat = nil
+        commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.nodeKey(nodeID), instance]) { _ in }
+        // What was sent (the key's removal) goes out before the connections close.
+        commands?.close(graceful: true)
+        subscriber?.close(graceful: true)
+        commands = nil
+        subscriber = nil
+        for (_, forward) in forwards { forward.answer(.failure(Self.ownerGone)) }
+        forwards.removeAll()
+    }
+
+    var isConnected: Bool { commands?.isConnected == true }
+
+    // MARK: Users
+
+    /// A user got its first session on this node, or lost its last: the node listens on the
+    /// user's channel while it has one.
+    func userPresenceChanged(appID: String, identity: String, present: Bool) {
+        let channel = Self.userChannel(appID: appID, identity: identity)
+        if present {
+            guard userChannels.insert(channel).inserted else { return }
+            subscriber?.subscribe([channel])
+        } else {
+            guard userChannels.remove(channel) != nil else { return }
+            subscriber?.unsubscribe([channel])
+        }
+    }
+
+    /// Publishes an event for a user's sessions on the other nodes. `invitation`: their nodes
+    /// answer this node with where it went.
+    func publish(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?) {
+        let data: JSONValue
+        switch event.data {
+        case .value(let value): data = value
+        case .encoded(let bytes): data = JSONText.parse(bytes) ?? .null
+        }
+        var message: [String: JSONValue] = [
+            "k": "event", "from": .string(nodeID), "app": .string(appID), "user": .string(identity), "type": .string(event.type), "data": data,
+        ]
+        if let except { message["except"] = .string(except) }
+        if let invitation { message["invite"] = ["call": .string(invitation.callID), "callee": .string(invitation.callee)] }
+        commands?.send([Array("PUBLISH".utf8), Array(Self.userChannel(appID: appID, identity: identity).utf8), JSONText.serialize(.object(message))]) {
+            [weak self] result in
+            if case .failure(let error) = result { self?.logger.warning("an event for another node was not published", ["error": error.description]) }
+        }
+    }
+
+    private func publish(_ message: [String: JSONValue], toNode node: String) {
+        commands?.send([Array("PUBLISH".utf8), Array(Self.nodeChannel(node).utf8), JSONText.serialize(.object(message))]) { _ in }
+    }
+
+    /// Which of `identities` have a session on some node, and which are in an answered call:
+    /// `nil` when Redis did not answer (the caller then knows only this node).
+    func presence(of identities: [String], appID: String, nowMillis: Int64, then: @escaping (Presence?) -> Void) {
+        guard let commands, commands.isConnected, !identities.isEmpty else { return then(nil) }
+        commands.send(["PUBSUB", "NUMSUB"] + identities.map { Self.userChannel(appID: appID, identity: $0) }) { [weak self] result in
+            guard let self, case .success(.array(let counts)) = result else { return then(nil) }
+            var connected: Set<String> = []
+            for (index, identity) in identities.enumerated() where counts.count > index * 2 + 1 && (counts[index * 2 + 1].integer ?? 0) > 0 {
+                connected.insert(identity)
+            }
+            busy(identities, appID: appID, nowMillis: nowMillis) { inCall in
+                then(inCall.map { Presence(connected: connected, inCall: $0) })
+            }
+        }
+    }
+
+    private func busy(_ identities: [String], appID: String, nowMillis: Int64, then: @escaping (Set<String>?) -> Void) {
+        var inCall: Set<String> = []
+        var left = identities.count
+        var failed = false
+        for identity in identities {
+            commands?.send(["ZCOUNT", Self.busyKey(appID: appID, identity: identity), String(nowMillis), "+inf"]) { result in
+                switch result {
+                case .success(.integer(let count)): if count > 0 { inCall.insert(identity) }
+                default: failed = true
+                }
+                left -= 1
+                if left == 0 { then(failed ? nil : inCall) }
+            }
+        }
+    }
+
+    /// Who is where, cluster-wide.
+    struct Presence {
+        var connected: Set<String>
+        var inCall: Set<String>
+    }
+
+    // MARK: Calls
+
+    /// Holds the call for this node until `untilMillis` (its creation, and every renewal of
+    /// its lease); `lost` hears when another node holds it now (it was taken over).
+    func hold(callID: String, untilMillis: Int64, nowMillis: Int64, lost: @escaping () -> Void = {}) {
+        commands?.send(["EVAL", Self.holdScript, "1", Self.callKey(callID), nodeID, String(max(1, untilMillis - nowMillis))]) { result in
+            if case .success(.integer(0)) = result { lost() }
+        }
+    }
+
+    /// Takes a call whose owner stopped renewing it, if no other node took it first (a key
+    /// this node's id holds is its own: the process before it under the same id is gone);
+    /// `taken` hears whether this node now holds it.
+    func takeOver(callID: String, leaseMillis: Int64, taken: @escaping (Bool) -> Void) {
+        guard let commands, commands.isConnected else { return taken(false) }
+        commands.send(["EVAL", Self.holdScript, "1", Self.callKey(callID), nodeID, String(leaseMillis)]) { result in
+            if case .success(.integer(1)) = result { taken(true) } else { taken(false) }
+        }
+    }
+
+    /// The call ended: its key goes (when still this node's).
+    func release(callID: String) {
+        commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.callKey(callID), nodeID]) { _ in }
+    }
+
+    /// `identity` is in answered call `callID` until `untilMillis`, or no longer (nil).
+    func markBusy(appID: String, identity: String, callID: String, untilMillis: Int64?) {
+        let key = Self.busyKey(appID: appID, identity: identity)
+        if let untilMillis {
+            commands?.send(["ZADD", key, String(untilMillis), callID]) { _ in }
+            commands?.send(["PEXPIREAT", key, String(untilMillis)]) { _ in }
+        } else {
+            commands?.send(["ZREM", key, callID]) { _ in }
+        }
+    }
+
+    /// Passes an action on a call this node does not run to the node that does: `notHere` runs
+    /// when no node holds the call (it ended, or its owner died and nobody took it over yet).
+    func forward(_ action: [String: JSONValue], callID: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void, notHere: @escaping () -> Void) {
+        guard let commands, commands.isConnected else { return notHere() }
+        commands.send(["GET", Self.callKey(callID)]) { [weak self] result in
+            guard let self else { return }
+            guard case .success(let value) = result, let owner = value.text, owner != nodeID else { return notHere() }
+            nextForward += 1
+            let number = nextForward
+            var message = action
+            message["k"] = "act"
+            message["from"] = .string(nodeID)
+            message["req"] = .int(Int64(number))
+            let timer = loop?.schedule(after: forwardTimeout) { [weak self] in
+                guard let forward = self?.forwards.removeValue(forKey: number) else { return }
+                forward.answer(.failure(Self.ownerGone))
+            }
+            forwards[number] = Forward(answer: answer, timer: timer)
+            publish(message, toNode: owner)
+        }
+    }
+
+    static let ownerGone = ErrorBody(.unavailable, "the node running this call did not answer; retry in a few seconds")
+
+    // MARK: Receiving
+
+    private func received(_ payload: [UInt8], on channel: String) {
+        guard let hub, case .object(let message)? = JSONText.parse(payload) else { return }
+        switch message["k"]?.stringValue {
+        case "event":
+            guard message["from"]?.stringValue != nodeID, let appID = message["app"]?.stringValue, let identity = message["user"]?.stringValue,
+                let type = message["type"]?.stringValue
+            else { return }
+            let receipts = hub.localDelivery.deliverHere(
+                OutgoingEvent(type: type, data: .value(message["data"] ?? .null)), toUser: identity, appID: appID, except: message["except"]?.stringValue)
+            if let invite = message["invite"], let owner = message["from"]?.stringValue, !receipts.isEmpty {
+                publish(
+                    ["k": "rang", "call": invite["call"] ?? .null, "callee": invite["callee"] ?? .null,
+                     "devices": .array(receipts.map { ["device": .string($0.device), "attached": .bool($0.attached)] })],
+                    toNode: owner)
+            }
+        case "rang":
+            guard let callID = message["call"]?.stringValue, let callee = message["callee"]?.stringValue, case .array(let devices)? = message["devices"]
+            else { return }
+            let receipts = devices.compactMap { item in
+                item["device"]?.stringValue.map { DeliveryReceipt(device: $0, attached: item["attached"] == .bool(true)) }
+            }
+            hub.invitationDelivered(receipts, Invitation(callID: callID, callee: callee))
+        case "act":
+            guard let from = message["from"]?.stringValue, let number = message["req"] else { return }
+            hub.forwardedAction(message) { [weak self] result in
+                var reply: [String: JSONValue] = ["k": "acted", "req": number]
+                switch result {
+                case .success(let value): reply["ok"] = value
+                case .failure(let error):
+                    reply["error"] = ["code": .string(error.code.rawValue), "message": .string(error.message), "reason": error.reason.map(JSONValue.string) ?? .null]
+                }
+                self?.publish(reply, toNode: from)
+            }
+        case "acted":
+            guard case .int(let number)? = message["req"], let forward = forwards.removeValue(forKey: UInt64(number)) else { return }
+            if let timer = forward.timer { loop?.cancel(timer) }
+            if let value = message["ok"] {
+                forward.answer(.success(value))
+            } else {
+                let error = message["error"]
+                forward.answer(.failure(ErrorBody(
+                    ErrorCode(rawValue: error?["code"]?.stringValue ?? "") ?? .internal, error?["message"]?.stringValue ?? "refused",
+                    reason: error?["reason"]?.stringValue)))
+            }
+        default:
+            return
+        }
+    }
+}
+
+/// Delivery across the cluster: the user's sessions on this node at once (through
+/// `LocalDelivery`), and a publish on the user's channel for the nodes holding the others.
+final class ClusterDelivery: EventDelivery {
+    let local: LocalDelivery
+    let cluster: Cluster
+
+    init(local: LocalDelivery, cluster: Cluster) {
+        self.local = local
+        self.cluster = cluster
+    }
+
+    func deliver(_ event: OutgoingEvent, toPeer peerID: String) {
+        local.deliver(event, toPeer: peerID)
+    }
+
+    func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?) {
+        local.deliver(event, toUser: identity, appID: appID, except: except, invitation: invitation)
+        cluster.publish(event, toUser: identity, appID: appID, except: except, invitation: invitation)
+    }
+}

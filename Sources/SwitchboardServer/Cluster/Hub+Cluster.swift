@@ -1,0 +1,137 @@
+import SwitchboardProtocol
+import SwitchboardSystem
+import SwitchboardCore
+
+extension Hub {
+    // MARK: Actions from other nodes
+
+    /// An action another node passed on to this one, which runs the call: carried out here,
+    /// never passed on again.
+    func forwardedAction(_ message: [String: JSONValue], answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        guard let type = message["action"]?.stringValue, let callID = message["call_id"]?.stringValue,
+            let appID = message["app"]?.stringValue, let identity = message["identity"]?.stringValue
+        else { return answer(.failure(ErrorBody(.badRequest, "a malformed action from another node"))) }
+        let device = message["device"]?.stringValue
+        if type == MessageType.callHold {
+            holdOnCall(
+                CallHoldRequest(callID: callID, onHold: message["on_hold"] == .bool(true)), appID: appID, identity: identity, device: device,
+                forwarded: true, answer: answer)
+        } else {
+            let request = CallActionRequest(
+                callID: callID, reason: message["reason"]?.stringValue, filter: message["filter"]?.stringValue.flatMap(CallFilter.init(rawValue:)))
+            actOnCall(type, request, appID: appID, identity: identity, device: device, seat: message["seat"]?.stringValue, forwarded: true, answer: answer)
+        }
+    }
+
+    // MARK: Taking over
+
+    /// What a node knows of a call no node answered for: taken over here (its owner died),
+    /// still held by its owner (which did not answer: it may be dying), or not live at all.
+    enum Whereabouts {
+        case here(ActiveCall)
+        case heldElsewhere
+        case notLive
+    }
+
+    /// Continues here a call whose owner died (its lease expired in the store and no node
+    /// holds it in Redis), from what the store keeps of it.
+    func takeOverIfAbandoned(_ callID: String, then: @escaping (Whereabouts) -> Void) {
+        if let call = calls[callID] { return then(.here(call)) }
+        let nowMillis = wallMillis
+        withStore(for: Self.clusterLane, { try $0.liveCall(id: callID, nowMillis: nowMillis) }, afterQueuedWrites: false) {
+            [weak self] result in
+            guard let self, case .success(let live?) = result else { return then(.notLive) }
+            guard let abandoned = live.abandoned else { return then(.heldElsewhere) }
+            takeOver(abandoned) { call in then(call.map(Whereabouts.here) ?? .heldElsewhere) }
+        }
+    }
+
+    /// The store's lane of the cluster's own reads.
+    static let clusterLane = "\u{0}cluster"
+
+    /// Takes over the calls whose owner stopped renewing them (the sweep, every third of
+    /// `call_lease_seconds`).
+    func takeOverAbandonedCalls() {
+        let nowMillis = wallMillis
+        let previous = cluster?.previousInstance
+        withStore(for: Self.clusterLane, { try $0.abandonedCalls(nowMillis: nowMillis, previous: previous) }, afterQueuedWrites: false) {
+            [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success(let rows): for row in rows where calls[row.id] == nil { takeOver(row) { _ in } }
+            case .failure(let error): logger.warning("reading the calls of dead nodes failed", ["error": "\(error)"])
+            }
+        }
+    }
+
+    private func takeOver(_ row: Store.AbandonedCall, then: @escaping (ActiveCall?) -> Void) {
+        guard let cluster else { return then(nil) }
+        guard let text = row.continuation, let call = ActiveCall(continuing: text, now: now, nowMillis: wallMillis), !call.state.isEnded else {
+            // Stored without what a node needs to go on (a node of an older build): it ends.
+            let logger = self.logger
+            store.endAbandonedCallsLater(.leaseExpiredCall(row.id), nowMillis: wallMillis) { ended in
+                if ended > 0 { logger.warning("a call of a dead node that cannot be continued ended as failed", ["call": row.id]) }
+            }
+            return then(nil)
+        }
+        cluster.takeOver(callID: row.id, leaseMillis: Int64(configuration.limits.callLeaseSeconds) * 1000) { [weak self] taken in
+            guard let self, taken, calls[row.id] == nil else { return then(self?.calls[row.id]) }
+            adopt(call)
+            then(call)
+        }
+    }
+
+    /// Runs a call taken over from a dead node as if it had started here: indexed, its timers
+    /// armed from its wall-clock times (the ring timer fires when it would have), stored as
+    /// this node's. Nothing is sent again: its invites and pushes went out from its first node.
+    private func adopt(_ call: ActiveCall) {
+        let state = call.state
+        calls[state.id] = call
+        if let key = call.request.idempotencyKey { callIdempotency[Self.userKey(state.appID, state.caller) + "\u{0}" + key] = state.id }
+        if case .room(let name) = call.media { callRooms[RoomKey(appID: state.appID, name: name)] = state.id }
+        for identity in [state.caller] + state.callees { liveCallsByUser[Self.userKey(state.appID, identity), default: []].insert(state.id) }
+        if !state.isRinging { call.ringing.stop() }
+        armDurationTimer(call)
+        logger.info("call taken over from a node that stopped", ["call": state.id])
+        var effects: [CallState.Effect] = []
+        if let left = state.ringTimeLeft(at: now) { effects.append(.armRingTimer(after: left)) }
+        perform(call, effects + [.save])
+    }
+
+    /// Another node holds a call this one ran (it took it over while this one could not renew
+    /// its lease): this node lets it go without a word, so nothing is said twice.
+    func disown(_ call: ActiveCall) {
+        let state = call.state
+        guard calls[state.id] === call else { return }
+        call.ringing.stop()
+        for timer in [call.durationTimer, call.unattendedTimer, call.ringTimer].compactMap({ $0 }) { scheduler?.cancel(timer) }
+        calls.removeValue(forKey: state.id)
+        for identity in [state.caller] + state.callees {
+            let key = Self.userKey(state.appID, identity)
+            if liveCallsByUser[key]?.remove(state.id) != nil, liveCallsByUser[key]?.isEmpty == true { liveCallsByUser.removeValue(forKey: key) }
+            if answeredCallsByUser[key]?.remove(state.id) != nil, answeredCallsByUser[key]?.isEmpty == true {
+                answeredCallsByUser.removeValue(forKey: key)
+            }
+        }
+        if case .room(let name) = call.media { callRooms.removeValue(forKey: RoomKey(appID: state.appID, name: name)) }
+        logger.warning("another node runs this call now", ["call": state.id])
+    }
+
+    /// Renews this node's hold on its calls in Redis and the busy marks of their participants.
+    func renewClusterLeases() {
+        guard let cluster else { return }
+        let until = leaseUntilMillis, nowMillis = wallMillis
+        for call in calls.values {
+            cluster.hold(callID: call.state.id, untilMillis: until, nowMillis: nowMillis) { [weak self, weak call] in
+                if let self, let call { disown(call) }
+            }
+        }
+        for (key, ids) in answeredCallsByUser {
+            for id in ids {
+                guard let state = calls[id]?.state else { continue }
+                let identity = String(key.dropFirst(state.appID.utf8.count + 1))
+                cluster.markBusy(appID: state.appID, identity: identity, callID: id, untilMillis: until)
+            }
+        }
+    }
+}

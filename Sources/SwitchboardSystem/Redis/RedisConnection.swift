@@ -1,0 +1,296 @@
+// Redis through hiredis: asynchronous connections on the event loop's libev loop, and a
+// blocking one for what must be settled before a server starts.
+
+import Foundation
+import SwitchboardSupport
+internal import CHiredis
+
+/// A Redis reply.
+public enum RedisValue: Sendable, Equatable {
+    case string([UInt8])
+    case status(String)
+    case integer(Int64)
+    case array([RedisValue])
+    case null
+    /// An error reply (`ERR …`, `WRONGTYPE …`): the command ran and was refused.
+    case error(String)
+
+    public var text: String? {
+        switch self {
+        case .string(let bytes): String(decoding: bytes, as: UTF8.self)
+        case .status(let text): text
+        default: nil
+        }
+    }
+
+    public var integer: Int64? { if case .integer(let value) = self { value } else { nil } }
+    public var array: [RedisValue]? { if case .array(let items) = self { items } else { nil } }
+
+    init(_ reply: UnsafePointer<redisReply>) {
+        let reply = reply.pointee
+        switch reply.type {
+        case sb_redis_reply_string: self = .string(reply.str.map { Array(UnsafeRawBufferPointer(start: $0, count: reply.len)) } ?? [])
+        case sb_redis_reply_status: self = .status(reply.str.map { String(cString: $0) } ?? "")
+        case sb_redis_reply_error: self = .error(reply.str.map { String(cString: $0) } ?? "")
+        case sb_redis_reply_integer: self = .integer(Int64(reply.integer))
+        case sb_redis_reply_array:
+            var items: [RedisValue] = []
+            items.reserveCapacity(reply.elements)
+            for index in 0..<reply.elements {
+                if let element = reply.element[index] { items.append(RedisValue(element)) } else { items.append(.null) }
+            }
+            self = .array(items)
+        default: self = .null
+        }
+    }
+}
+
+/// Why a Redis command got no reply.
+public struct RedisError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+}
+
+/// Where Redis is: `redis://[user:password@]host:port[/db]`.
+public struct RedisURL: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public var user: String?
+    public var password: String?
+    public var database: Int
+
+    /// Parses the URL; throws, saying what a Redis URL is, when it is not one.
+    public init(_ text: String) throws(RedisError) {
+        guard let components = URLComponents(string: text), components.scheme == "redis",
+            let host = components.host, !host.isEmpty
+        else { throw RedisError(description: "expected redis://[user:password@]host:port[/db]") }
+        self.host = host == "localhost" ? "127.0.0.1" : host
+        port = components.port ?? 6379
+        user = components.user.flatMap { $0.isEmpty ? nil : $0.removingPercentEncoding }
+        password = components.password.flatMap { $0.removingPercentEncoding }
+        let path = components.path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
+        guard path.isEmpty || Int(path) != nil, (Int(path) ?? 0) >= 0 else {
+            throw RedisError(description: "the path of a Redis URL is a database number (/0)")
+        }
+        database = Int(path) ?? 0
+    }
+
+    /// The URL without its password (for logs and errors).
+    public var description: String {
+        "redis://" + (user.map { $0 + (password == nil ? "" : ":…") + "@" } ?? (password == nil ? "" : ":…@")) + "\(host):\(port)/\(database)"
+    }
+
+    /// The commands a new connection sends first: `AUTH` and `SELECT` as the URL asks.
+    var greeting: [[String]] {
+        var commands: [[String]] = []
+        if let password { commands.append(["AUTH"] + (user.map { [$0] } ?? []) + [password]) }
+        if database != 0 { commands.append(["SELECT", String(database)]) }
+        return commands
+    }
+}
+
+/// One asynchronous connection to Redis on an event loop: commands are sent and their replies
+/// come back on the loop's thread, in order, without blocking it (hiredis' asynchronous API on
+/// the loop's libev). A lost connection is made again by itself after `reconnectDelay`; the
+/// commands it had in flight fail (their callers decide), and `onConnected` runs again on each
+/// new connection (a subscriber subscribes again there). Loop thread only, init included.
+///
+/// Safety of `@unchecked Sendable`: every stored property is touched on the loop's thread only.
+public final class RedisConnection: @unchecked Sendable {
+    public let url: RedisURL
+    private let loop: EventLoop
+    private var context: UnsafeMutablePointer<redisAsyncContext>?
+    private var closed = false
+    private var reconnecting = false
+    public private(set) var isConnected = false
+    /// How long after a lost connection the next attempt starts.
+    public var reconnectDelay = Duration.milliseconds(250)
+    /// Runs on every new connection (after `AUTH`/`SELECT` were sent), and `false` on every loss.
+    public var onStateChange: ((Bool) -> Void)?
+    /// Each `message` a subscribed connection receives: its channel and payload.
+    public var onMessage: ((String, [UInt8]) -> Void)?
+
+    public init(url: RedisURL, loop: EventLoop) {
+        self.url = url
+        self.loop = loop
+        loop.assertOnLoop()
+        connect()
+    }
+
+    private func connect() {
+        guard !closed else { return }
+        guard let context = redisAsyncConnect(url.host, Int32(url.port)) else { return scheduleReconnect() }
+        if sb_redis_failed(context) != 0 {
+            redisAsyncFree(context)
+            return scheduleReconnect()
+        }
+        sb_redis_set_data(context, Unmanaged.passUnretained(self).toOpaque())
+        _ = sb_redis_attach(context, loop.evLoop)
+        redisAsyncSetConnectCallback(context, redisConnected)
+        redisAsyncSetDisconnectCallback(context, redisDisconnected)
+        self.context = context
+        for command in url.greeting { send(command) { _ in } }
+    }
+
+    fileprivate func connected(_ status: Int32) {
+        guard status == 0 else {
+            // hiredis frees the context after a failed connect.
+            context = nil
+            return scheduleReconnect()
+        }
+        isConnected = true
+        onStateChange?(true)
+    }
+
+    fileprivate func disconnected() {
+        // hiredis frees the context after this callback.
+        context = nil
+        let was = isConnected
+        isConnected = false
+        if was { onStateChange?(false) }
+        scheduleReconnect()
+    }
+
+    private func scheduleReconnect() {
+        guard !closed, !reconnecting else { return }
+        reconnecting = true
+        loop.schedule(after: reconnectDelay) { [weak self] in
+            guard let self else { return }
+            reconnecting = false
+            if context == nil { connect() }
+        }
+    }
+
+    /// Sends one command; `reply` hears its reply, or why there is none (no connection, or
+    /// it was lost before the reply came), on the loop, exactly once.
+    public func send(_ arguments: [String], reply: @escaping (Result<RedisValue, RedisError>) -> Void) {
+        send(arguments.map { Array($0.utf8) }, reply: reply)
+    }
+
+    public func send(_ arguments: [[UInt8]], reply: @escaping (Result<RedisValue, RedisError>) -> Void) {
+        guard let context else { return reply(.failure(RedisError(description: "not connected to \(url)"))) }
+        let box = Unmanaged.passRetained(ReplyBox(reply)).toOpaque()
+        let status = Self.withArgv(arguments) { argc, argv, lengths in
+            redisAsyncCommandArgv(context, redisReplied, box, argc, argv, lengths)
+        }
+        if status != REDIS_OK {
+            Unmanaged<ReplyBox>.fromOpaque(box).release()
+            reply(.failure(RedisError(description: "Redis refused the command: \(String(cString: sb_redis_error(context)))")))
+        }
+    }
+
+    /// `SUBSCRIBE channel` on this connection (which then takes no other command but
+    /// subscriptions); messages reach `onMessage`.
+    public func subscribe(_ channels: [String]) {
+        guard let context, !channels.isEmpty else { return }
+        let self_ = Unmanaged.passUnretained(self).toOpaque()
+        _ = Self.withArgv([Array("SUBSCRIBE".utf8)] + channels.map { Array($0.utf8) }) { argc, argv, lengths in
+            redisAsyncCommandArgv(context, redisSubscribed, self_, argc, argv, lengths)
+        }
+    }
+
+    public func unsubscribe(_ channels: [String]) {
+        guard let context, !channels.isEmpty else { return }
+        _ = Self.withArgv([Array("UNSUBSCRIBE".utf8)] + channels.map { Array($0.utf8) }) { argc, argv, lengths in
+            redisAsyncCommandArgv(context, nil, nil, argc, argv, lengths)
+        }
+    }
+
+    fileprivate func subscriptionReply(_ value: RedisValue) {
+        guard case .array(let items) = value, items.count == 3, items[0].text == "message", let channel = items[1].text,
+            case .string(let payload) = items[2]
+        else { return }
+        onMessage?(channel, payload)
+    }
+
+    /// Closes the connection for good (no reconnect). `graceful`: once the commands sent have
+    /// their replies (while the loop runs); else at once, commands in flight failing. Not from
+    /// inside one of its own callbacks.
+    public func close(graceful: Bool = false) {
+        closed = true
+        guard let context else { return }
+        self.context = nil
+        isConnected = false
+        sb_redis_set_data(context, nil)
+        if graceful { redisAsyncDisconnect(context) } else { redisAsyncFree(context) }
+    }
+
+    static func withArgv<T>(_ arguments: [[UInt8]], _ body: (Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>, UnsafePointer<Int>) -> T) -> T {
+        var pointers: [UnsafePointer<CChar>?] = []
+        var buffers: [UnsafeMutablePointer<CChar>] = []
+        var lengths: [Int] = []
+        for argument in arguments {
+            let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(1, argument.count))
+            argument.withUnsafeBufferPointer { bytes in
+                if let base = bytes.baseAddress {
+                    UnsafeMutableRawPointer(buffer).copyMemory(from: base, byteCount: bytes.count)
+                }
+            }
+            buffers.append(buffer)
+            pointers.append(UnsafePointer(buffer))
+            lengths.append(argument.count)
+        }
+        defer { buffers.forEach { $0.deallocate() } }
+        return pointers.withUnsafeMutableBufferPointer { argv in
+            lengths.withUnsafeBufferPointer { body(Int32(arguments.count), argv.baseAddress!, $0.baseAddress!) }
+        }
+    }
+
+    // MARK: Blocking
+
+    /// Runs `commands` in order on a connection of its own and returns their replies, blocking
+    /// the caller up to `timeout` per step: for what must be known before a server starts.
+    public static func blocking(_ url: RedisURL, _ commands: [[String]], timeout: Duration = .seconds(3)) throws(RedisError) -> [RedisValue] {
+        guard let context = sb_redis_connect_blocking(url.host, Int32(url.port), Int(timeout.milliseconds)) else {
+            throw RedisError(description: "cannot reach Redis at \(url)")
+        }
+        defer { redisFree(context) }
+        if sb_redis_blocking_failed(context) != 0 {
+            throw RedisError(description: "cannot reach Redis at \(url): \(String(cString: sb_redis_blocking_error(context)))")
+        }
+        var replies: [RedisValue] = []
+        for command in url.greeting + commands {
+            let raw = withArgv(command.map { Array($0.utf8) }) { argc, argv, lengths in redisCommandArgv(context, argc, argv, lengths) }
+            guard let raw else {
+                throw RedisError(description: "Redis at \(url) did not answer: \(String(cString: sb_redis_blocking_error(context)))")
+            }
+            let value = RedisValue(raw.assumingMemoryBound(to: redisReply.self))
+            freeReplyObject(raw)
+            if case .error(let message) = value, command.first == "AUTH" || command.first == "SELECT" {
+                throw RedisError(description: "Redis at \(url) refused \(command[0]): \(message)")
+            }
+            replies.append(value)
+        }
+        return Array(replies.suffix(commands.count))
+    }
+}
+
+/// A command's reply callback, carried through hiredis' private data.
+private final class ReplyBox {
+    let reply: (Result<RedisValue, RedisError>) -> Void
+    init(_ reply: @escaping (Result<RedisValue, RedisError>) -> Void) { self.reply = reply }
+}
+
+private func redisReplied(_ context: UnsafeMutablePointer<redisAsyncContext>?, _ reply: UnsafeMutableRawPointer?, _ data: UnsafeMutableRawPointer?) {
+    guard let data else { return }
+    let box = Unmanaged<ReplyBox>.fromOpaque(data).takeRetainedValue()
+    if let reply {
+        box.reply(.success(RedisValue(reply.assumingMemoryBound(to: redisReply.self))))
+    } else {
+        box.reply(.failure(RedisError(description: "the connection to Redis was lost before the reply")))
+    }
+}
+
+private func redisSubscribed(_ context: UnsafeMutablePointer<redisAsyncContext>?, _ reply: UnsafeMutableRawPointer?, _ data: UnsafeMutableRawPointer?) {
+    guard let reply, let context, sb_redis_data(context) != nil, let data else { return }
+    Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue().subscriptionReply(RedisValue(reply.assumingMemoryBound(to: redisReply.self)))
+}
+
+private func redisConnected(_ context: UnsafePointer<redisAsyncContext>?, _ status: Int32) {
+    guard let context, let data = sb_redis_data(context) else { return }
+    Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue().connected(status)
+}
+
+private func redisDisconnected(_ context: UnsafePointer<redisAsyncContext>?, _ status: Int32) {
+    guard let context, let data = sb_redis_data(context) else { return }
+    Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue().disconnected()
+}

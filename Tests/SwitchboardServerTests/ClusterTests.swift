@@ -1,0 +1,314 @@
+import Foundation
+import SwitchboardProtocol
+import SwitchboardServer
+import SwitchboardSystem
+import SwitchboardTesting
+import Testing
+import SwitchboardSupport
+
+/// A cluster as an operator runs one: a Redis server of its own, a PostgreSQL database on the
+/// run's server, the APNs sandbox, and `switchboard serve` nodes as separate processes on
+/// loopback ports, each with its own data directory.
+final class TestCluster: Sendable {
+    let redis: RedisServer
+    let databaseURL: String
+    private let dropDatabase: @Sendable () -> Void
+    let sandbox: APNsSandbox
+    let app: App
+    let directory: String
+    let nodes: Locked<[Int: (process: ToolProcess, port: Int)]> = Locked([:])
+    /// Short leases so that deaths are noticed in seconds.
+    let lease = 3
+
+    init() throws {
+        redis = try RedisServer()
+        (databaseURL, dropDatabase) = try TestPostgres.database()
+        directory = try makeTemporaryDirectory()
+        let key = try ECPrivateKey.generate()
+        var configuration = APNsSandbox.Configuration()
+        configuration.port = 0
+        configuration.adminPort = 0
+        configuration.directory = directory + "/apns"
+        configuration.keys = ["KEY1234567": try ECPublicKey(pem: key.publicKeyPEM)]
+        sandbox = try APNsSandbox(configuration: configuration, logger: Logger(minimumLevel: .error))
+        let store = try Store(postgres: databaseURL)
+        defer { store.close() }
+        app = App.make(name: "Cluster", bundleID: "com.example.cluster")
+        try store.insert(app)
+        try store.setPushSettings(.key(pem: key.pem, keyID: "KEY1234567", teamID: "TEAM123456"), appID: app.id)
+    }
+
+    /// The arguments node `number` runs with.
+    func arguments(_ number: Int, store: Bool = true) -> [String] {
+        var arguments = [
+            "serve", "--port", "0", "--data-dir", directory + "/node-\(number)", "--web-root", repositoryRoot + "/web",
+            "--cluster-redis-url", redis.url, "--node-id", "node-\(number)", "--apns-url", sandbox.url, "--apns-ca-file", sandbox.certificatePath,
+            "--call-lease-seconds", String(lease), "--node-timeout-seconds", String(lease), "--cluster-forward-timeout-ms", "1000",
+        ]
+        if store { arguments += ["--store-url", databaseURL] }
+        return arguments
+    }
+
+    /// Starts node `number` (again, after a kill) and returns its port.
+    @discardableResult
+    func start(_ number: Int) async throws -> Int {
+        let process = try ToolProcess(arguments(number))
+        let port = try await process.waitForPort()
+        nodes.withLock { $0[number] = (process, port) }
+        return port
+    }
+
+    func port(_ number: Int) -> Int { nodes.withLock { $0[number]?.port ?? 0 } }
+    func node(_ number: Int) -> ToolProcess? { nodes.withLock { $0[number]?.process } }
+
+    func stop() {
+        for (_, node) in nodes.withLock({ $0 }) { node.process.stopNow() }
+        sandbox.stop()
+        redis.destroy()
+        dropDatabase()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    func token(_ identity: String) -> String {
+        let claims = AccessTokenIssuer.claims(
+            apiKey: app.apiKey, identity: identity, name: identity.capitalized, handle: identity + "@example.com",
+            grants: Grants(room: "*", roomJoin: true, call: true), ttlSeconds: 3600, now: Date())
+        return AccessTokenVerifier.sign(claims, secret: app.apiSecret)
+    }
+
+    /// A session of `identity` as `device` on node `number`. A node that has not seen the app
+    /// yet looks its key up first (and asks the client to come back in a second meanwhile).
+    func connect(_ identity: String, device: String, node number: Int) async throws -> TestClient {
+        let url = "ws://127.0.0.1:\(port(number))/v1/ws?access_token=\(token(identity))&device_id=\(device)"
+        let client = try await within(.seconds(10), "a session on node \(number)") {
+            while true {
+                if let client = try? await TestClient.connect(url) { return client }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        #expect(try await client.nextEnvelope().type == MessageType.sessionWelcome)
+        return client
+    }
+
+    /// Registers an iPhone (VoIP token) for `identity` through node `number`.
+    func registerPhone(_ identity: String, device: String, seed: Int, node number: Int) async throws -> String {
+        let voip = String(format: "%064x", seed)
+        let body = DeviceRegistration(
+            platform: "ios", voipToken: voip, apnsToken: nil, environment: "sandbox", bundleID: app.bundleID, callKitEnabled: true, appVersion: "1.0")
+        let response = try await HTTPClient.request(
+            "PUT", "http://127.0.0.1:\(port(number))/v1/devices/\(device)", headers: [("Authorization", "Bearer " + token(identity))],
+            body: Array(try JSONEncoder().encode(body)))
+        #expect(response.status == 200, "\(response.text)")
+        return voip
+    }
+
+    func get(_ path: String, as identity: String, node number: Int) async throws -> JSONValue {
+        let response = try await HTTPClient.request(
+            "GET", "http://127.0.0.1:\(port(number))" + path, headers: [("Authorization", "Bearer " + token(identity))])
+        return try JSONDecoder().decode(JSONValue.self, from: Data(response.body))
+    }
+
+    /// VoIP pushes the sandbox accepted for a call.
+    func voipPushes(callID: String) -> [APNsSandbox.Record] {
+        sandbox.records.filter { $0.status == 200 && $0.pushType == "voip" && $0.payload?["call_id"]?.stringValue == callID }
+    }
+}
+
+func call(_ from: TestClient, to callees: [String], timeout: Int? = nil) async throws -> String {
+    let reply = try await from.request(MessageType.callCreate, id: "create", encoding: CallCreateRequest(callees: callees, ringTimeoutSeconds: timeout))
+    #expect(reply.type == MessageType.ok, "\(String(describing: reply.error))")
+    return try #require(reply.data?["call_id"]?.stringValue)
+}
+
+/// The next event of `type` about call `callID` (others of the type are passed over).
+func event(_ client: TestClient, _ type: String, call callID: String, timeout: Duration = .seconds(15)) async throws -> Envelope {
+    while true {
+        let envelope = try await event(client, type, timeout: timeout)
+        if envelope.data?["call_id"]?.stringValue == callID { return envelope }
+    }
+}
+
+/// The items of a JSON array (none when it is not one).
+func entries(_ value: JSONValue?) -> [JSONValue] {
+    guard case .array(let items)? = value else { return [] }
+    return items
+}
+
+func act(_ client: TestClient, _ type: String, _ callID: String) async throws -> Envelope {
+    try await client.request(type, id: .string(type), encoding: CallActionRequest(callID: callID))
+}
+
+@Suite(
+    .enabled(if: TestPostgres.runs, TestPostgres.skipReason), .enabled(if: RedisServer.installed, "needs redis-server (make test installs it)"),
+    .timeLimit(.minutes(3)))
+struct ClusterTests {
+    /// A caller on node 1 rings a callee whose phone (through the APNs sandbox) and two
+    /// sessions are on nodes 2 and 3: every device rings, the caller hears it ring, the answer
+    /// on node 3 reaches the caller on node 1 and the callee's other session on node 2, the
+    /// end reaches everyone; the trace says where the invite went, the history holds the call
+    /// once per participant, and the phone got one VoIP push.
+    @Test func aCallAcrossThreeNodesRingsEveryDeviceAndItsAnswerReachesEveryone() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...3 { try await cluster.start(node) }
+        let voip = try await cluster.registerPhone("bob", device: "b-phone", seed: 7001, node: 2)
+        let alice = try await cluster.connect("alice", device: "a-web", node: 1)
+        let bobTablet = try await cluster.connect("bob", device: "b-tablet", node: 2)
+        let bobWeb = try await cluster.connect("bob", device: "b-web", node: 3)
+
+        let callID = try await call(alice, to: ["bob"])
+        for session in [bobTablet, bobWeb] { #expect(try await event(session, "call.incoming").data?["call_id"]?.stringValue == callID) }
+        _ = try await event(alice, "call.ringing")
+        try await within(.seconds(10), "the VoIP push") { while cluster.voipPushes(callID: callID).isEmpty { try await Task.sleep(for: .milliseconds(50)) } }
+
+        let answered = try await act(bobWeb, MessageType.callAnswer, callID)
+        #expect(answered.type == MessageType.ok, "\(String(describing: answered.error))")
+        #expect(answered.data?["state"] == "accepted")
+        _ = try await event(alice, "call.accepted")
+        #expect(try await event(bobTablet, "call.answered_elsewhere").data?["call_id"]?.stringValue == callID)
+        // Read where the call does not run: its record says it was answered.
+        #expect(try await cluster.get("/v1/calls/\(callID)", as: "alice", node: 2)["state"] == "accepted")
+
+        let ended = try await act(alice, MessageType.callEnd, callID)
+        #expect(ended.data?["outcome"] == "completed")
+        for session in [bobWeb, bobTablet] { _ = try await event(session, "call.ended") }
+
+        #expect(cluster.voipPushes(callID: callID).map(\.token) == [voip], "one VoIP push, to bob's phone")
+        let trace = try await cluster.get("/v1/calls/\(callID)/trace", as: "alice", node: 3)
+        let delivered = Set(entries(trace["trace"]).filter { $0["event"] == "delivered" }.compactMap { $0["device"]?.stringValue })
+        #expect(delivered == ["b-tablet", "b-web"], "\(trace)")
+        for user in ["alice", "bob"] {
+            let history = try await cluster.get("/v1/calls", as: user, node: 2)
+            #expect(entries(history["calls"]).compactMap { $0["call_id"]?.stringValue } == [callID], "\(user): \(history)")
+        }
+    }
+
+    /// Declined on another node: a decline on node 2 ends the 1:1 call the caller made on node
+    /// 1, and the callee's session on node 3 hears it was declined elsewhere. A group call
+    /// across the three nodes goes on after one callee declines and another answers.
+    @Test func declinedElsewhereAndAGroupCallAcrossThreeNodes() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...3 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a-web", node: 1)
+        let bobTablet = try await cluster.connect("bob", device: "b-tablet", node: 2)
+        let bobWeb = try await cluster.connect("bob", device: "b-web", node: 3)
+        let carol = try await cluster.connect("carol", device: "c-web", node: 3)
+
+        let declined = try await call(alice, to: ["bob"])
+        _ = try await event(bobWeb, "call.incoming")
+        _ = try await event(bobTablet, "call.incoming")
+        #expect(try await act(bobTablet, MessageType.callDecline, declined).type == MessageType.ok)
+        _ = try await event(alice, "call.declined")
+        #expect(try await event(alice, "call.ended").data?["outcome"] == "declined")
+        _ = try await event(bobWeb, "call.declined_elsewhere")
+
+        let group = try await call(alice, to: ["bob", "carol"])
+        _ = try await event(carol, "call.incoming")
+        _ = try await event(bobWeb, "call.incoming")
+        #expect(try await act(bobWeb, MessageType.callDecline, group).type == MessageType.ok)
+        let answered = try await act(carol, MessageType.callAnswer, group)
+        #expect(answered.data?["state"] == "accepted", "\(answered)")
+        _ = try await event(alice, "call.accepted")
+        // Carol is busy now, wherever she is asked for: bob calls her from node 2.
+        let busy = try await call(bobTablet, to: ["carol"])
+        let busyEnd = try await event(bobTablet, "call.ended", call: busy)
+        #expect(busyEnd.data?["outcome"] == "busy", "carol is in alice's call, run by node 1: \(busyEnd)")
+        #expect(try await act(carol, MessageType.callEnd, group).type == MessageType.ok)
+        #expect(try await event(alice, "call.ended", call: group).data?["outcome"] == "completed")
+    }
+
+    /// `kill -9` of the node that runs a ringing call: another node takes it over within the
+    /// lease; the callee, on a node still up, answers it (an answer passed on to the dead node
+    /// meanwhile is refused with 503 and retried), the caller hears it on the node it
+    /// reconnected to, the invite rang once and its VoIP push went once, and the history holds
+    /// the call once per participant. Then the owner of the answered call is killed too: the
+    /// call goes on under a third node and is ended from there.
+    // Covers: limit:node_timeout_seconds
+    // Covers: limit:cluster_forward_timeout_ms
+    @Test func aCallGoesOnWhenTheNodeRunningItIsKilled() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...3 { try await cluster.start(node) }
+        let voip = try await cluster.registerPhone("bob", device: "b-phone", seed: 7101, node: 2)
+        let alice = try await cluster.connect("alice", device: "a-web", node: 1)
+        let bobWeb = try await cluster.connect("bob", device: "b-web", node: 2)
+        let callID = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bobWeb, "call.incoming", call: callID)
+        try await within(.seconds(10), "the VoIP push") { while cluster.voipPushes(callID: callID).isEmpty { try await Task.sleep(for: .milliseconds(50)) } }
+
+        let killedAt = ContinuousClock.now
+        cluster.node(1)?.kill9()
+        let aliceAgain = try await cluster.connect("alice", device: "a-web", node: 3)
+        let answered = try await within(.seconds(20), "the answer to be taken by the node that took the call over") {
+            while true {
+                let reply = try await act(bobWeb, MessageType.callAnswer, callID)
+                if reply.type == MessageType.ok { return reply }
+                #expect(reply.error?.code == .unavailable, "\(reply)")
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        let tookOver = ContinuousClock.now - killedAt
+        #expect(answered.data?["state"] == "accepted")
+        _ = try await event(aliceAgain, "call.accepted", call: callID)
+        #expect(tookOver < .seconds(cluster.lease * 3), "taken over in \(tookOver)")
+        #expect(cluster.voipPushes(callID: callID).map(\.token) == [voip], "the VoIP push went once")
+
+        // Which node runs it now? Kill that one too: the third takes it over, and it ends.
+        let owner = try #require(try cluster.redis.command(["GET", "sb:call:" + callID])?.text)
+        let survivor = owner == "node-2" ? 3 : 2
+        cluster.node(owner == "node-2" ? 2 : 3)?.kill9()
+        let caller = owner == "node-2" ? aliceAgain : try await cluster.connect("alice", device: "a-web", node: 2)
+        let ended = try await within(.seconds(20), "the end to be taken by the last node") {
+            while true {
+                let reply = try await act(caller, MessageType.callEnd, callID)
+                if reply.type == MessageType.ok { return reply }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        #expect(ended.data?["outcome"] == "completed", "\(ended)")
+        #expect(try cluster.redis.command(["GET", "sb:call:" + callID]) == RedisValue.null, "the call's key went with it")
+        for user in ["alice", "bob"] {
+            let history = try await cluster.get("/v1/calls", as: user, node: survivor)
+            let calls = entries(history["calls"])
+            #expect(calls.compactMap { $0["call_id"]?.stringValue } == [callID], "\(user): \(history)")
+            #expect(calls.first?["outcome"] == "completed")
+        }
+        // The invite reached bob's session once: a node taking a call over sends nothing again.
+        let trace = entries(try await cluster.get("/v1/calls/\(callID)/trace", as: "alice", node: survivor)["trace"])
+        #expect(trace.filter { $0["event"] == "delivered" }.compactMap { $0["device"]?.stringValue } == ["b-web"], "\(trace)")
+        #expect(trace.filter { $0["event"] == "push_sent" }.count == 1, "\(trace)")
+    }
+
+    /// A ringing call whose node dies rings out on time: its ring timer, re-armed by the node
+    /// that took it over, fires when the call's own deadline comes (counted from its start),
+    /// and the call ends `missed`.
+    @Test func theRingTimerOfACallTakenOverFiresOnTime() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a-web", node: 1)
+        let bob = try await cluster.connect("bob", device: "b-web", node: 2)
+        let callID = try await call(alice, to: ["bob"], timeout: 8)
+        let invite = try await event(bob, "call.incoming", call: callID)
+        cluster.node(1)?.kill9()
+        _ = try await event(bob, "call.missed", call: callID, timeout: .seconds(20))
+        let state = try await cluster.get("/v1/calls/\(callID)", as: "bob", node: 2)
+        #expect(state["outcome"] == "missed", "\(state)")
+        let created = try #require(invite.data?["created_at"]?.intValue), endedAt = try #require(state["ended_at"]?.intValue)
+        #expect((8000...9500).contains(endedAt - created), "rang out \(endedAt - created) ms after its start")
+    }
+
+    /// One live node per node id; a cluster needs the shared store.
+    @Test func aSecondNodeWithTheSameIdOrWithoutTheStoreIsRefused() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        try await cluster.start(1)
+        let twin = try ToolProcess(cluster.arguments(1).map { $0.hasSuffix("/node-1") ? $0 + "-twin" : $0 })
+        #expect(try await twin.waitForExit() != 0)
+        #expect(twin.standardError.contains("another live node uses node_id 'node-1'"), "\(twin.standardError)")
+        let alone = try ToolProcess(cluster.arguments(2, store: false))
+        #expect(try await alone.waitForExit() != 0)
+        #expect(alone.standardError.contains("cluster_redis_url needs store_url"), "\(alone.standardError)")
+    }
+}
