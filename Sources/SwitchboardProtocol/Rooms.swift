@@ -151,6 +151,9 @@ public enum RoomClosedReason: String, Sendable, Codable {
     case kicked
     /// The room was a call's room and the call ended.
     case callEnded = "call_ended"
+    /// The node that ran the room stopped (several nodes): join again, and the room is made
+    /// again on a node that runs.
+    case nodeLost = "node_lost"
 }
 
 /// A room event sent to a peer. Each case is one `type` on the wire.

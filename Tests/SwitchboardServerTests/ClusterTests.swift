@@ -51,8 +51,8 @@ final class TestCluster: Sendable {
 
     /// Starts node `number` (again, after a kill) and returns its port.
     @discardableResult
-    func start(_ number: Int) async throws -> Int {
-        let process = try ToolProcess(arguments(number))
+    func start(_ number: Int, _ extra: [String] = []) async throws -> Int {
+        let process = try ToolProcess(arguments(number) + extra)
         let port = try await process.waitForPort()
         nodes.withLock { $0[number] = (process, port) }
         return port
@@ -169,9 +169,26 @@ struct ClusterTests {
         // Read where the call does not run: its record says it was answered.
         #expect(try await cluster.get("/v1/calls/\(callID)", as: "alice", node: 2)["state"] == "accepted")
 
+        // The call's room runs where the call does (node 1): the callee joins it from node 3
+        // and both signal through it; bob's tablet, which did not answer, is refused.
+        let room = "call-" + callID
+        let aliceJoined = try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room))
+        let alicePeer = try #require(aliceJoined.data?["peer_id"]?.stringValue)
+        let bobJoined = try await bobWeb.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room))
+        #expect(bobJoined.type == MessageType.ok, "\(bobJoined)")
+        #expect(entries(bobJoined.data?["peers"]).compactMap { $0["identity"]?.stringValue } == ["alice"])
+        let bobPeer = try #require(bobJoined.data?["peer_id"]?.stringValue)
+        #expect(try await event(alice, "room.peer_joined").data?["peer"]?["peer_id"]?.stringValue == bobPeer)
+        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: room, to: bobPeer, signal: ["sdp": "offer"])).type == MessageType.ok)
+        #expect(try await event(bobWeb, MessageType.signal).data?["signal"] == ["sdp": "offer"])
+        #expect(try await bobWeb.request(MessageType.signal, encoding: SignalRequest(room: room, to: alicePeer, signal: ["sdp": "answer"])).type == MessageType.ok)
+        #expect(try await event(alice, MessageType.signal).data?["signal"] == ["sdp": "answer"])
+        #expect(try await bobTablet.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room)).error?.code == .forbidden)
+
         let ended = try await act(alice, MessageType.callEnd, callID)
         #expect(ended.data?["outcome"] == "completed")
         for session in [bobWeb, bobTablet] { _ = try await event(session, "call.ended") }
+        #expect(try await event(bobWeb, "room.closed").data?["reason"] == "call_ended", "the call's room closes for its member on node 3")
 
         #expect(cluster.voipPushes(callID: callID).map(\.token) == [voip], "one VoIP push, to bob's phone")
         let trace = try await cluster.get("/v1/calls/\(callID)/trace", as: "alice", node: 3)
@@ -297,6 +314,69 @@ struct ClusterTests {
         #expect(state["outcome"] == "missed", "\(state)")
         let created = try #require(invite.data?["created_at"]?.intValue), endedAt = try #require(state["ended_at"]?.intValue)
         #expect((8000...9500).contains(endedAt - created), "rang out \(endedAt - created) ms after its start")
+    }
+
+    /// Members on three nodes see one room: each joins and hears the others join, in one
+    /// order; signals go both ways between nodes and data to everyone; the participant limit
+    /// holds across nodes; a leave reaches the others. When a member's node dies the others
+    /// hear it left (`disconnected`); when the room's own node dies its members elsewhere get
+    /// `room.closed` (`node_lost`) and join again, on a live node.
+    @Test func aRoomAcrossThreeNodesIsOneRoom() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...3 { try await cluster.start(node, ["--max-room-participants", "3"]) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let carol = try await cluster.connect("carol", device: "c", node: 3)
+        func join(_ client: TestClient) async throws -> Envelope { try await client.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "team")) }
+        let aliceJoined = try await join(alice)
+        let alicePeer = try #require(aliceJoined.data?["peer_id"]?.stringValue)
+        let bobJoined = try await join(bob)
+        #expect(entries(bobJoined.data?["peers"]).compactMap { $0["peer_id"]?.stringValue } == [alicePeer])
+        let bobPeer = try #require(bobJoined.data?["peer_id"]?.stringValue)
+        let carolJoined = try await join(carol)
+        #expect(Set(entries(carolJoined.data?["peers"]).compactMap { $0["peer_id"]?.stringValue }) == [alicePeer, bobPeer])
+        let carolPeer = try #require(carolJoined.data?["peer_id"]?.stringValue)
+        #expect(try await event(alice, "room.peer_joined").data?["peer"]?["peer_id"]?.stringValue == bobPeer)
+        #expect(try await event(alice, "room.peer_joined").data?["peer"]?["peer_id"]?.stringValue == carolPeer)
+        #expect(try await event(bob, "room.peer_joined").data?["peer"]?["peer_id"]?.stringValue == carolPeer)
+
+        // Signals both ways between the two nodes that do not run the room, and from the one that does.
+        #expect(try await bob.request(MessageType.signal, encoding: SignalRequest(room: "team", to: carolPeer, signal: ["n": 1])).type == MessageType.ok)
+        let fromBob = try await event(carol, MessageType.signal)
+        #expect(fromBob.data?["from"]?.stringValue == bobPeer && fromBob.data?["signal"] == ["n": 1])
+        #expect(try await carol.request(MessageType.signal, encoding: SignalRequest(room: "team", to: bobPeer, signal: ["n": 2])).type == MessageType.ok)
+        #expect(try await event(bob, MessageType.signal).data?["signal"] == ["n": 2])
+        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "team", to: carolPeer, signal: ["n": 3])).type == MessageType.ok)
+        #expect(try await event(carol, MessageType.signal).data?["signal"] == ["n": 3])
+        #expect(try await carol.request(MessageType.data, data: ["room": "team", "data": ["text": "hi"]]).type == MessageType.ok)
+        for client in [alice, bob] { #expect(try await event(client, "room.data").data?["data"] == ["text": "hi"]) }
+
+        // Three is the limit, whichever node the fourth asks.
+        let dave = try await cluster.connect("dave", device: "d", node: 2)
+        #expect(try await join(dave).error?.code == .roomFull)
+
+        // bob leaves; then carol's node dies: the others hear each.
+        #expect(try await bob.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: "team")).type == MessageType.ok)
+        for client in [alice, carol] {
+            let left = try await event(client, "room.peer_left")
+            #expect(left.data?["peer_id"]?.stringValue == bobPeer && left.data?["reason"] == "left", "\(left)")
+        }
+        cluster.node(3)?.kill9()
+        let gone = try await event(alice, "room.peer_left", timeout: .seconds(cluster.lease * 4))
+        #expect(gone.data?["peer_id"]?.stringValue == carolPeer && gone.data?["reason"] == "disconnected", "\(gone)")
+
+        // bob joins again; then the room's node dies: bob hears the room closed, joins again,
+        // and the room runs on a live node.
+        _ = try await join(bob)
+        cluster.node(1)?.kill9()
+        let closed = try await event(bob, "room.closed", timeout: .seconds(cluster.lease * 4))
+        #expect(closed.data?["reason"] == "node_lost", "\(closed)")
+        try await Task.sleep(for: .seconds(cluster.lease + 1))  // the dead node's key on the room runs out
+        let again = try await join(bob)
+        #expect(again.type == MessageType.ok, "\(again)")
+        #expect(entries(again.data?["peers"]).count == 0)
+        #expect(try cluster.redis.command(["GET", "sb:room:\(cluster.app.id):team"])?.text == "node-2")
     }
 
     /// One live node per node id; a cluster needs the shared store.

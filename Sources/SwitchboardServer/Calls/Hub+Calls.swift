@@ -235,9 +235,9 @@ extension Hub {
     /// Admits `session` to the room of a live call it takes part in, on the device that carries
     /// its side, making the room at the first join. Room grants play no part: whatever they
     /// say, anyone else is refused (admin grant included).
-    func admitToCallRoom(_ key: RoomKey, session: Session) throws(ErrorBody) {
-        guard session.claims.grants.call == true, let callID = callRooms[key], let call = calls[callID],
-            call.state.admitToRoom(identity: session.identity, device: session.deviceKey, seat: session.peerID)
+    func admitToCallRoom(_ key: RoomKey, _ joiner: Joiner) throws(ErrorBody) {
+        guard joiner.callGrant, let callID = callRooms[key], let call = calls[callID],
+            call.state.admitToRoom(identity: joiner.peer.identity, device: joiner.device, seat: joiner.peer.peerID)
         else { throw Self.callRoomRefusal(key.name) }
         guard rooms.room(key) == nil else { return }
         do {

@@ -20,6 +20,7 @@ extension Hub {
                 // A cluster continues the calls of a dead node instead of ending them.
                 renewClusterLeases()
                 takeOverAbandonedCalls()
+                keepClusterRooms()
             } else if store.engine == .postgres {
                 let logger = self.logger
                 store.endAbandonedCallsLater(.leaseExpired(), nowMillis: wallMillis) { ended in

@@ -26,6 +26,8 @@ final class Cluster: @unchecked Sendable {
     let logger: Logger
     private let nodeTimeout: Duration
     private let forwardTimeout: Duration
+    /// How long a room's key lasts unless its node renews it (with its calls').
+    private let roomLease: Duration
     private var commands: RedisConnection?
     private var subscriber: RedisConnection?
     /// The user channels this node listens on (it has a session of the user).
@@ -51,6 +53,7 @@ final class Cluster: @unchecked Sendable {
         self.logger = logger.with("component", "cluster")
         nodeTimeout = .seconds(limits.nodeTimeoutSeconds)
         forwardTimeout = .milliseconds(limits.clusterForwardTimeoutMillis)
+        roomLease = .seconds(limits.callLeaseSeconds)
     }
 
     // MARK: Keys and channels
@@ -60,6 +63,7 @@ final class Cluster: @unchecked Sendable {
     static func userChannel(appID: String, identity: String) -> String { "sb:u:" + appID + ":" + identity }
     static func callKey(_ callID: String) -> String { "sb:call:" + callID }
     static func busyKey(appID: String, identity: String) -> String { "sb:busy:" + appID + ":" + identity }
+    static func roomKey(appID: String, name: String) -> String { "sb:room:" + appID + ":" + name }
 
     /// Sets a key to this node's value when it is this node's or nobody's; answers 1 when it
     /// did, 0 when another holds it.
@@ -171,7 +175,7 @@ final class Cluster: @unchecked Sendable {
         }
     }
 
-    private func publish(_ message: [String: JSONValue], toNode node: String) {
+    func publish(_ message: [String: JSONValue], toNode node: String) {
         commands?.send([Array("PUBLISH".utf8), Array(Self.nodeChannel(node).utf8), JSONText.serialize(.object(message))]) { _ in }
     }
 
@@ -256,18 +260,103 @@ final class Cluster: @unchecked Sendable {
         commands.send(["GET", Self.callKey(callID)]) { [weak self] result in
             guard let self else { return }
             guard case .success(let value) = result, let owner = value.text, owner != nodeID else { return notHere() }
-            nextForward += 1
-            let number = nextForward
-            var message = action
-            message["k"] = "act"
-            message["from"] = .string(nodeID)
-            message["req"] = .int(Int64(number))
-            let timer = loop?.schedule(after: forwardTimeout) { [weak self] in
-                guard let forward = self?.forwards.removeValue(forKey: number) else { return }
-                forward.answer(.failure(Self.ownerGone))
+            request("act", action, toNode: owner, answer: answer)
+        }
+    }
+
+    /// Asks node `node` to carry out `op` (`Hub.clusterRequest`); `answer` hears its answer, or
+    /// `ownerGone` after `cluster_forward_timeout_ms`.
+    func request(_ op: String, _ body: [String: JSONValue], toNode node: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        nextForward += 1
+        let number = nextForward
+        var message = body
+        message["k"] = "req"
+        message["op"] = .string(op)
+        message["from"] = .string(nodeID)
+        message["req"] = .int(Int64(number))
+        let timer = loop?.schedule(after: forwardTimeout) { [weak self] in
+            guard let forward = self?.forwards.removeValue(forKey: number) else { return }
+            forward.answer(.failure(Self.ownerGone))
+        }
+        forwards[number] = Forward(answer: answer, timer: timer)
+        publish(message, toNode: node)
+    }
+
+    /// Tells node `node` something that needs no answer (`Hub.clusterMessage`).
+    func tell(_ op: String, _ body: [String: JSONValue], toNode node: String) {
+        var message = body
+        message["k"] = "tell"
+        message["op"] = .string(op)
+        message["from"] = .string(nodeID)
+        publish(message, toNode: node)
+    }
+
+    /// A signal for the node running its room, its payload spliced as it came (no JSON tree).
+    func tellSignal(appID: String, room: String, from: String, to: String, signal: ArraySlice<UInt8>, toNode node: String) {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(signal.count + room.utf8.count + 128)
+        bytes.append(contentsOf: #"{"k":"tell","op":"sig","from":"#.utf8)
+        JSONText.appendQuoted(nodeID, to: &bytes)
+        for (name, value) in [("app", appID), ("room", room), ("peer", from), ("to", to)] {
+            bytes.append(contentsOf: #",""#.utf8)
+            bytes.append(contentsOf: name.utf8)
+            bytes.append(contentsOf: #"":"#.utf8)
+            JSONText.appendQuoted(value, to: &bytes)
+        }
+        bytes.append(contentsOf: #","signal":"#.utf8)
+        bytes.append(contentsOf: signal)
+        bytes.append(0x7D)
+        commands?.send([Array("PUBLISH".utf8), Array(Self.nodeChannel(node).utf8), bytes]) { _ in }
+    }
+
+    /// Which node runs room `key`, making it this node's when none does (an ordinary room; a
+    /// call's room runs where its call does: nil when no node runs the call). Nil when Redis
+    /// did not answer.
+    func locateRoom(appID: String, name: String, callID: String?, then: @escaping (String?) -> Void) {
+        guard let commands, commands.isConnected else { return then(nil) }
+        if let callID {
+            commands.send(["GET", Self.callKey(callID)]) { result in then((try? result.get())?.text) }
+            return
+        }
+        let claim = """
+            local v = redis.call('get', KEYS[1])
+            if v == false then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end
+            return v
+            """
+        commands.send(["EVAL", claim, "1", Self.roomKey(appID: appID, name: name), nodeID, String(roomLease.milliseconds)]) { result in
+            then((try? result.get())?.text)
+        }
+    }
+
+    /// Holds room `name` for this node a lease longer (it runs it); `lost` hears when another
+    /// node holds it now.
+    func holdRoom(appID: String, name: String, lost: @escaping () -> Void = {}) {
+        commands?.send(["EVAL", Self.holdScript, "1", Self.roomKey(appID: appID, name: name), nodeID, String(roomLease.milliseconds)]) { result in
+            if case .success(.integer(0)) = result { lost() }
+        }
+    }
+
+    /// The room closed here: its key goes (when still this node's).
+    func releaseRoom(appID: String, name: String) {
+        commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.roomKey(appID: appID, name: name), nodeID]) { _ in }
+    }
+
+    /// Which of `nodes` are alive (their key is there); nil when Redis did not answer.
+    func alive(_ nodes: Set<String>, then: @escaping (Set<String>?) -> Void) {
+        guard let commands, commands.isConnected, !nodes.isEmpty else { return then(commands?.isConnected == true ? [] : nil) }
+        let ordered = nodes.sorted()
+        var living: Set<String> = []
+        var left = ordered.count
+        var failed = false
+        for node in ordered {
+            commands.send(["EXISTS", Self.nodeKey(node)]) { result in
+                switch result {
+                case .success(.integer(let count)): if count > 0 { living.insert(node) }
+                default: failed = true
+                }
+                left -= 1
+                if left == 0 { then(failed ? nil : living) }
             }
-            forwards[number] = Forward(answer: answer, timer: timer)
-            publish(message, toNode: owner)
         }
     }
 
@@ -297,10 +386,10 @@ final class Cluster: @unchecked Sendable {
                 item["device"]?.stringValue.map { DeliveryReceipt(device: $0, attached: item["attached"] == .bool(true)) }
             }
             hub.invitationDelivered(receipts, Invitation(callID: callID, callee: callee))
-        case "act":
-            guard let from = message["from"]?.stringValue, let number = message["req"] else { return }
-            hub.forwardedAction(message) { [weak self] result in
-                var reply: [String: JSONValue] = ["k": "acted", "req": number]
+        case "req":
+            guard let from = message["from"]?.stringValue, let number = message["req"], let op = message["op"]?.stringValue else { return }
+            hub.clusterRequest(op, message) { [weak self] result in
+                var reply: [String: JSONValue] = ["k": "reply", "req": number]
                 switch result {
                 case .success(let value): reply["ok"] = value
                 case .failure(let error):
@@ -308,7 +397,7 @@ final class Cluster: @unchecked Sendable {
                 }
                 self?.publish(reply, toNode: from)
             }
-        case "acted":
+        case "reply":
             guard case .int(let number)? = message["req"], let forward = forwards.removeValue(forKey: UInt64(number)) else { return }
             if let timer = forward.timer { loop?.cancel(timer) }
             if let value = message["ok"] {
@@ -319,6 +408,9 @@ final class Cluster: @unchecked Sendable {
                     ErrorCode(rawValue: error?["code"]?.stringValue ?? "") ?? .internal, error?["message"]?.stringValue ?? "refused",
                     reason: error?["reason"]?.stringValue)))
             }
+        case "tell":
+            guard let op = message["op"]?.stringValue, let from = message["from"]?.stringValue else { return }
+            hub.clusterMessage(op, message, from: from)
         default:
             return
         }
@@ -336,8 +428,17 @@ final class ClusterDelivery: EventDelivery {
         self.cluster = cluster
     }
 
+    /// A room member here, or on the node its session is on (a member of a room this node
+    /// runs).
     func deliver(_ event: OutgoingEvent, toPeer peerID: String) {
-        local.deliver(event, toPeer: peerID)
+        if local.hub.session(peerID: peerID) != nil { return local.deliver(event, toPeer: peerID) }
+        guard let node = local.hub.remoteMembers[peerID] else { return }
+        let data: JSONValue
+        switch event.data {
+        case .value(let value): data = value
+        case .encoded(let bytes): data = JSONText.parse(bytes) ?? .null
+        }
+        cluster.tell("peer", ["peer": .string(peerID), "type": .string(event.type), "data": data], toNode: node)
     }
 
     func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?) {

@@ -3,7 +3,28 @@ import SwitchboardSystem
 import SwitchboardCore
 
 extension Hub {
-    // MARK: Actions from other nodes
+    // MARK: From other nodes
+
+    /// A request another node made of this one (`Cluster.request`), answered once.
+    func clusterRequest(_ op: String, _ message: [String: JSONValue], answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        switch op {
+        case "act": forwardedAction(message, answer: answer)
+        case "join": forwardedJoin(message, answer: answer)
+        case "meta": forwardedMetadata(message, answer: answer)
+        default: answer(.failure(ErrorBody(.badRequest, "unknown request '\(op.prefix(32))' from another node")))
+        }
+    }
+
+    /// Something another node told this one (`Cluster.tell`).
+    func clusterMessage(_ op: String, _ message: [String: JSONValue], from node: String) {
+        switch op {
+        case "peer": eventForPeer(message)
+        case "sig": forwardedSignal(message)
+        case "data": forwardedData(message)
+        case "leave": forwardedLeave(message)
+        default: return
+        }
+    }
 
     /// An action another node passed on to this one, which runs the call: carried out here,
     /// never passed on again.

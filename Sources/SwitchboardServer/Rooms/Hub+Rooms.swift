@@ -7,38 +7,72 @@ import SwitchboardCore
 extension Hub {
     // MARK: Requests
 
+    /// Who asks to join a room, as the node running the room needs it (the session may be on
+    /// another node).
+    struct Joiner {
+        var peer: PeerDescription
+        var appID: String
+        var device: String
+        var callGrant: Bool
+    }
+
     /// `room.join`: an ordinary room the token grants, or a call's room on the device that
-    /// took the call (`admitToCallRoom`).
-    func join(_ request: RoomJoinRequest, session: Session) throws(ErrorBody) -> Outcome {
+    /// took the call (`admitToCallRoom`). What the session's token allows is checked here;
+    /// the room's own rules where the room runs: here, or in a cluster on the node that runs
+    /// it (`joinElsewhere`).
+    func join(_ request: RoomJoinRequest, session: Session, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) throws(ErrorBody) -> Outcome {
         try Self.validateRoomName(request.room)
         let key = RoomKey(appID: session.app.id, name: request.room)
-        if Self.isCallRoomName(request.room) {
-            try admitToCallRoom(key, session: session)
-        } else if !session.claims.grants.allowsJoining(room: request.room) {
+        if !Self.isCallRoomName(request.room) && !session.claims.grants.allowsJoining(room: request.room) {
             throw ErrorBody(.forbidden, "your token does not grant joining room '\(request.room)'")
         }
         if let metadata = request.metadata { try checkSize(metadata, what: "metadata") }
         if !session.rooms.contains(request.room) && session.rooms.count >= configuration.limits.maxRoomsPerPeer {
             throw ErrorBody(.rateLimited, "a peer may be in at most \(configuration.limits.maxRoomsPerPeer) rooms")
         }
-        if rooms.room(key) == nil && !Self.isCallRoomName(request.room) {
-            try admitRoomCreation(app: session.app, identity: session.identity)
-        }
         var peer = session.description
         peer.metadata = request.metadata
-        let joined: (room: RoomDirectory.Room, others: [PeerDescription], effects: [RoomDirectory.Effect])
-        do { joined = try rooms.join(key, peer: peer, now: now, wallMillis: wallMillis) } catch { throw error.body }
+        let joiner = Joiner(peer: peer, appID: session.app.id, device: session.deviceKey, callGrant: session.claims.grants.call == true)
+        guard cluster == nil || rooms.room(key) != nil || (Self.isCallRoomName(request.room) && callRooms[key] != nil) else {
+            joinElsewhere(key, joiner, session: session, answer: answer)
+            return .later
+        }
+        let joined = try joinHere(key, joiner)
         session.rooms.insert(request.room)
+        return Outcome(reply: joinedReply(joined.reply, identity: session.identity), effects: joined.effects)
+    }
+
+    /// The room's part of a join, where the room runs: a call's room admits whom its call
+    /// does; an ordinary one made now counts against its creator's allowance.
+    func joinHere(_ key: RoomKey, _ joiner: Joiner) throws(ErrorBody) -> (reply: RoomJoined, effects: [RoomDirectory.Effect]) {
+        if Self.isCallRoomName(key.name) {
+            try admitToCallRoom(key, joiner)
+        } else if rooms.room(key) == nil {
+            try admitRoomCreation(appID: key.appID, identity: joiner.peer.identity)
+        }
+        let joined: (room: RoomDirectory.Room, others: [PeerDescription], effects: [RoomDirectory.Effect])
+        do { joined = try rooms.join(key, peer: joiner.peer, now: now, wallMillis: wallMillis) } catch { throw error.body }
         metrics.increment("switchboard_room_joins_total")
-        logger.info("joined room", ["peer": session.peerID, "room": request.room, "peers": String(joined.room.members.count)])
-        let reply = RoomJoined(
-            room: request.room, peerID: session.peerID, peers: joined.others, metadata: joined.room.metadata,
-            iceServers: turn.credentials(for: session.identity).iceServers)
-        return Outcome(reply: jsonValue(reply), effects: joined.effects)
+        logger.info("joined room", ["peer": joiner.peer.peerID, "room": key.name, "peers": String(joined.room.members.count)])
+        let reply = RoomJoined(room: key.name, peerID: joiner.peer.peerID, peers: joined.others, metadata: joined.room.metadata, iceServers: [])
+        return (reply, joined.effects)
+    }
+
+    /// The join's reply as the joining session gets it: with its TURN credentials.
+    func joinedReply(_ joined: RoomJoined, identity: String) -> JSONValue {
+        var reply = joined
+        reply.iceServers = turn.credentials(for: identity).iceServers
+        return jsonValue(reply)
     }
 
     /// `room.leave`.
     func leave(_ request: RoomLeaveRequest, session: Session) throws(ErrorBody) -> Outcome {
+        let key = RoomKey(appID: session.app.id, name: request.room)
+        if rooms.room(key) == nil, let home = roomHomes[key] {
+            guard session.rooms.remove(request.room) != nil else { throw RoomError.notInRoom(request.room).body }
+            leaveElsewhere(key, home: home, peerID: session.peerID, reason: .left)
+            return Outcome()
+        }
         let effects: [RoomDirectory.Effect]
         do {
             effects = try rooms.leave(RoomKey(appID: session.app.id, name: request.room), peerID: session.peerID, reason: .left)
@@ -54,7 +88,12 @@ extension Hub {
             let signal = data["signal"]
         else { throw ErrorBody(.badRequest, "invalid data: signal needs room, to and signal") }
         metrics.signals.increment()
-        return try Outcome(roomEffects: rooms.signal(RoomKey(appID: session.app.id, name: room), from: session.peerID, to: to, signal: signal))
+        let key = RoomKey(appID: session.app.id, name: room)
+        if rooms.room(key) == nil, let home = roomHomes[key], session.rooms.contains(room) {
+            passOnSignal(key, home: home, from: session.peerID, to: to, signal: JSONText.serialize(signal)[...])
+            return Outcome()
+        }
+        return try Outcome(roomEffects: rooms.signal(key, from: session.peerID, to: to, signal: signal))
     }
 
     /// `data`: to one member of the room, or to all.
@@ -64,18 +103,29 @@ extension Hub {
         }
         if let to = fields["to"], to != .null, to.stringValue == nil { throw ErrorBody(.badRequest, "invalid data: to is a peer id") }
         try checkSize(payload, what: "data")
-        return try Outcome(
-            roomEffects: rooms.data(RoomKey(appID: session.app.id, name: room), from: session.peerID, to: fields["to"]?.stringValue, data: payload))
+        let key = RoomKey(appID: session.app.id, name: room)
+        if rooms.room(key) == nil, let home = roomHomes[key], session.rooms.contains(room) {
+            passOnData(key, home: home, from: session.peerID, to: fields["to"]?.stringValue, data: payload)
+            return Outcome()
+        }
+        return try Outcome(roomEffects: rooms.data(key, from: session.peerID, to: fields["to"]?.stringValue, data: payload))
     }
 
     /// `room.set_metadata`, with the admin grant; never on a call's room.
-    func setMetadata(_ request: RoomMetadataRequest, session: Session) throws(ErrorBody) -> Outcome {
+    func setMetadata(
+        _ request: RoomMetadataRequest, session: Session, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) throws(ErrorBody) -> Outcome {
         guard session.claims.grants.admin == true else {
             throw ErrorBody(.forbidden, "setting room metadata needs the admin grant")
         }
         guard !Self.isCallRoomName(request.room) else { throw Self.callRoomRefusal(request.room) }
         try checkSize(request.metadata, what: "metadata")
-        return try Outcome(roomEffects: rooms.setMetadata(RoomKey(appID: session.app.id, name: request.room), request.metadata))
+        let key = RoomKey(appID: session.app.id, name: request.room)
+        if rooms.room(key) == nil, let home = roomHomes[key] {
+            setMetadataElsewhere(key, home: home, metadata: request.metadata, answer: answer)
+            return .later
+        }
+        return try Outcome(roomEffects: rooms.setMetadata(key, request.metadata))
     }
 
     /// The relay's hot path: a signal from one room member to another, its payload spliced
@@ -90,30 +140,42 @@ extension Hub {
             return
         }
         metrics.signals.increment()
+        let key = RoomKey(appID: session.app.id, name: request.room)
+        if rooms.room(key) == nil, let home = roomHomes[key], session.rooms.contains(request.room) {
+            // The room runs on another node, which checks the recipient and delivers.
+            reply(.ok(id: request.id, data: nil), to: session)
+            passOnSignal(key, home: home, from: session.peerID, to: request.to, signal: request.signal)
+            return
+        }
         let recipient: String
         do {
-            recipient = try rooms.signalRecipient(RoomKey(appID: session.app.id, name: request.room), from: session.peerID, to: request.to)
+            recipient = try rooms.signalRecipient(key, from: session.peerID, to: request.to)
         } catch {
             reply(.error(id: request.id, error.body), to: session)
             return
         }
         reply(.ok(id: request.id, data: nil), to: session)
+        deliverSignal(room: request.room, from: session.peerID, to: recipient, signal: request.signal)
+    }
+
+    /// Delivers a signal's bytes, spliced into the event as they came.
+    func deliverSignal(room: String, from: String, to recipient: String, signal: ArraySlice<UInt8>) {
         var data: [UInt8] = []
-        data.reserveCapacity(request.signal.count + request.room.utf8.count + session.peerID.utf8.count + 32)
+        data.reserveCapacity(signal.count + room.utf8.count + from.utf8.count + 32)
         data.append(contentsOf: #"{"room":"#.utf8)
-        JSONText.appendQuoted(request.room, to: &data)
+        JSONText.appendQuoted(room, to: &data)
         data.append(contentsOf: #","from":"#.utf8)
-        JSONText.appendQuoted(session.peerID, to: &data)
+        JSONText.appendQuoted(from, to: &data)
         data.append(contentsOf: #","signal":"#.utf8)
-        data.append(contentsOf: request.signal)
+        data.append(contentsOf: signal)
         data.append(0x7D)
         delivery.deliver(OutgoingEvent(type: MessageType.signal, data: .encoded(data)), toPeer: recipient)
     }
 
     /// Counts an ordinary room `identity` creates against `rooms_per_identity_per_minute`; past
     /// it the creation is refused with `rate_limited`.
-    func admitRoomCreation(app: App, identity: String) throws(ErrorBody) {
-        if let wait = roomCreations.admit(Self.userKey(app.id, identity), now: now) {
+    func admitRoomCreation(appID: String, identity: String) throws(ErrorBody) {
+        if let wait = roomCreations.admit(Self.userKey(appID, identity), now: now) {
             throw ErrorBody(.rateLimited, "too many new rooms (rooms_per_identity_per_minute); retry in \(wait) s")
         }
     }
@@ -150,8 +212,11 @@ extension Hub {
     /// Closes a room: every member gets `room.closed` with `reason` and is no longer in it.
     func closeRoom(_ key: RoomKey, reason: RoomClosedReason) throws(RoomError) {
         let result = try rooms.delete(key, reason: reason)
-        for peerID in result.members { sessions.session(peerID: peerID)?.rooms.remove(key.name) }
+        for peerID in result.members {
+            sessions.session(peerID: peerID)?.rooms.remove(key.name)
+        }
         apply(result.effects)
+        if cluster != nil { roomClosedHere(key, members: result.members) }
     }
 
     func kick(app: App, room name: String, peerID: String) throws(ErrorBody) {

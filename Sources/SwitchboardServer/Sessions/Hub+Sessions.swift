@@ -206,7 +206,11 @@ extension Hub {
         if let timer = session.tokenTimer { scheduler?.cancel(timer) }
         for name in session.rooms.sorted() {
             let key = RoomKey(appID: session.app.id, name: name)
-            if let effects = try? rooms.leave(key, peerID: session.peerID, reason: reason) { apply(effects) }
+            if rooms.room(key) == nil, let home = roomHomes[key] {
+                leaveElsewhere(key, home: home, peerID: session.peerID, reason: reason)
+            } else if let effects = try? rooms.leave(key, peerID: session.peerID, reason: reason) {
+                apply(effects)
+            }
         }
         session.rooms.removeAll()
         if let connection = sessions.remove(session) {

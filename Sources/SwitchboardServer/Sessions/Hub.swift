@@ -86,6 +86,11 @@ final class Hub: @unchecked Sendable {
     private(set) lazy var delivery: any EventDelivery = localDelivery
     /// This node's part in a cluster; nil on one node.
     private(set) var cluster: Cluster?
+    /// In a cluster: the node that runs each room this node's sessions are in and it does not
+    /// run (their requests go there).
+    var roomHomes: [RoomKey: String] = [:]
+    /// In a cluster: the node of each member of this node's rooms whose session is on another.
+    var remoteMembers: [String: String] = [:]
 
     /// Joins the hub to a cluster: events for users go to every node, the node listens for its
     /// users' events, and calls, presence and busy are read and written cluster-wide.
@@ -205,11 +210,11 @@ final class Hub: @unchecked Sendable {
         case MessageType.ping: return Outcome(reply: ["server_time": .int(wallMillis)])
         case MessageType.sessionInfo: return Outcome(reply: info(of: session))
         case MessageType.sessionRefresh: return try refreshToken(decodeData(object), session: session)
-        case MessageType.roomJoin: return try join(decodeData(object), session: session)
+        case MessageType.roomJoin: return try join(decodeData(object), session: session, answer: answer)
         case MessageType.roomLeave: return try leave(decodeData(object), session: session)
         case MessageType.signal: return try signal(object, from: session)
         case MessageType.data: return try data(object, from: session)
-        case MessageType.roomSetMetadata: return try setMetadata(decodeData(object), session: session)
+        case MessageType.roomSetMetadata: return try setMetadata(decodeData(object), session: session, answer: answer)
         case MessageType.callCreate:
             createCall(try decodeData(object), caller: session.claims, app: session.app, device: session.deviceKey, seat: session.peerID, answer: answer)
             return .later

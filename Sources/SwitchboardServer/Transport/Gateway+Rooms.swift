@@ -85,7 +85,7 @@ extension Gateway {
         try Hub.validateRoomName(name)
         if Hub.isCallRoomName(name) { throw ErrorBody(.badRequest, "room names starting with call- are reserved for calls' rooms") }
         if let metadata = body.metadata { try hub.checkSize(metadata, what: "metadata") }
-        if case .user(let claims, let app) = requester { try hub.admitRoomCreation(app: app, identity: claims.sub) }
+        if case .user(let claims, let app) = requester { try hub.admitRoomCreation(appID: app.id, identity: claims.sub) }
         return .now(encoded(201, try hub.createRoom(app: requester.app, name: name, request: body)))
     }
 }

@@ -1,0 +1,172 @@
+import SwitchboardProtocol
+import SwitchboardSystem
+import SwitchboardCore
+
+extension Hub {
+    // MARK: Rooms across nodes
+
+    // A room runs on one node (its key in Redis, `sb:room:<app>:<name>`; a call's room runs
+    // where its call does). Members whose sessions are on other nodes send their requests
+    // there; their events come back to their node (`ClusterDelivery.deliver(_:toPeer:)`). One
+    // node orders everything a room does, so every member sees its events in one order.
+
+    /// A join for a room this node does not run: where does it run (made here when nowhere)?
+    func joinElsewhere(_ key: RoomKey, _ joiner: Joiner, session: Session, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        guard let cluster else { return }
+        let callID = Self.isCallRoomName(key.name) ? String(key.name.dropFirst(5)) : nil
+        cluster.locateRoom(appID: key.appID, name: key.name, callID: callID) { [weak self, weak session] home in
+            guard let self, let session else { return }
+            switch home {
+            case nil where callID != nil:
+                answer(.failure(Self.callRoomRefusal(key.name)))
+            case nil:
+                answer(.failure(ErrorBody(.unavailable, "the cluster cannot say where room '\(key.name)' runs; retry in a second")))
+            case cluster.nodeID?:
+                do throws(ErrorBody) {
+                    let joined = try joinHere(key, joiner)
+                    session.rooms.insert(key.name)
+                    answer(.success(joinedReply(joined.reply, identity: session.identity)))
+                    apply(joined.effects)
+                } catch { answer(.failure(error)) }
+            case let node?:
+                let body: [String: JSONValue] = [
+                    "app": .string(key.appID), "room": .string(key.name), "peer": jsonValue(joiner.peer), "device": .string(joiner.device),
+                    "call_grant": .bool(joiner.callGrant),
+                ]
+                cluster.request("join", body, toNode: node) { [weak self, weak session] result in
+                    guard let self, let session else { return }
+                    switch result {
+                    case .success(let value):
+                        guard let joined = try? JSONValueDecoder().decode(RoomJoined.self, from: value) else {
+                            return answer(.failure(ErrorBody(.internal, "the node running the room answered what is not a join")))
+                        }
+                        session.rooms.insert(key.name)
+                        roomHomes[key] = node
+                        answer(.success(joinedReply(joined, identity: session.identity)))
+                    case .failure(let error): answer(.failure(error))
+                    }
+                }
+            }
+        }
+    }
+
+    /// A join another node passed on: the room runs here (or is made here now).
+    func forwardedJoin(_ message: [String: JSONValue], answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        guard let from = message["from"]?.stringValue, let appID = message["app"]?.stringValue, let name = message["room"]?.stringValue,
+            let peerValue = message["peer"], let peer = try? JSONValueDecoder().decode(PeerDescription.self, from: peerValue),
+            let device = message["device"]?.stringValue
+        else { return answer(.failure(ErrorBody(.badRequest, "a malformed join from another node"))) }
+        let key = RoomKey(appID: appID, name: name)
+        do throws(ErrorBody) {
+            let joined = try joinHere(key, Joiner(peer: peer, appID: appID, device: device, callGrant: message["call_grant"] == .bool(true)))
+            remoteMembers[peer.peerID] = from
+            answer(.success(jsonValue(joined.reply)))
+            apply(joined.effects)
+        } catch { answer(.failure(error)) }
+    }
+
+    /// A member here leaves a room another node runs.
+    func leaveElsewhere(_ key: RoomKey, home: String, peerID: String, reason: PeerLeftReason) {
+        cluster?.tell("leave", ["app": .string(key.appID), "room": .string(key.name), "peer": .string(peerID), "reason": .string(reason.rawValue)], toNode: home)
+        forgetHomeIfUnused(key)
+    }
+
+    func forwardedLeave(_ message: [String: JSONValue]) {
+        guard let appID = message["app"]?.stringValue, let name = message["room"]?.stringValue, let peerID = message["peer"]?.stringValue else { return }
+        let reason = message["reason"]?.stringValue.flatMap(PeerLeftReason.init(rawValue:)) ?? .left
+        remoteMembers.removeValue(forKey: peerID)
+        if let effects = try? rooms.leave(RoomKey(appID: appID, name: name), peerID: peerID, reason: reason) { apply(effects) }
+    }
+
+    /// Stops routing to a room's node once no session here is in the room.
+    private func forgetHomeIfUnused(_ key: RoomKey) {
+        let used = sessions.all.contains { $0.app.id == key.appID && $0.rooms.contains(key.name) }
+        if !used { roomHomes.removeValue(forKey: key) }
+    }
+
+    func passOnSignal(_ key: RoomKey, home: String, from: String, to: String, signal: ArraySlice<UInt8>) {
+        cluster?.tellSignal(appID: key.appID, room: key.name, from: from, to: to, signal: signal, toNode: home)
+    }
+
+    /// A signal from a member on another node: checked against the room here, delivered to its
+    /// recipient wherever it is. A refused one is dropped (its sender had its answer already).
+    func forwardedSignal(_ message: [String: JSONValue]) {
+        guard let appID = message["app"]?.stringValue, let room = message["room"]?.stringValue, let from = message["peer"]?.stringValue,
+            let to = message["to"]?.stringValue, let signal = message["signal"]
+        else { return }
+        guard let recipient = try? rooms.signalRecipient(RoomKey(appID: appID, name: room), from: from, to: to) else { return }
+        deliverSignal(room: room, from: from, to: recipient, signal: JSONText.serialize(signal)[...])
+    }
+
+    func passOnData(_ key: RoomKey, home: String, from: String, to: String?, data: JSONValue) {
+        var body: [String: JSONValue] = ["app": .string(key.appID), "room": .string(key.name), "peer": .string(from), "data": data]
+        if let to { body["to"] = .string(to) }
+        cluster?.tell("data", body, toNode: home)
+    }
+
+    func forwardedData(_ message: [String: JSONValue]) {
+        guard let appID = message["app"]?.stringValue, let room = message["room"]?.stringValue, let from = message["peer"]?.stringValue,
+            let data = message["data"]
+        else { return }
+        if let effects = try? rooms.data(RoomKey(appID: appID, name: room), from: from, to: message["to"]?.stringValue, data: data) { apply(effects) }
+    }
+
+    func setMetadataElsewhere(_ key: RoomKey, home: String, metadata: JSONValue?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        cluster?.request("meta", ["app": .string(key.appID), "room": .string(key.name), "metadata": metadata ?? .null], toNode: home, answer: answer)
+    }
+
+    func forwardedMetadata(_ message: [String: JSONValue], answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        guard let appID = message["app"]?.stringValue, let room = message["room"]?.stringValue else {
+            return answer(.failure(ErrorBody(.badRequest, "a malformed request from another node")))
+        }
+        let metadata = message["metadata"].flatMap { $0 == .null ? nil : $0 }
+        do throws(ErrorBody) {
+            let effects = try Outcome(roomEffects: rooms.setMetadata(RoomKey(appID: appID, name: room), metadata)).effects
+            answer(.success(.null))
+            apply(effects)
+        } catch { answer(.failure(error)) }
+    }
+
+    /// An event for a session here, from the node running one of its rooms.
+    func eventForPeer(_ message: [String: JSONValue]) {
+        guard let peerID = message["peer"]?.stringValue, let type = message["type"]?.stringValue else { return }
+        if type == "room.closed", let name = message["data"]?["room"]?.stringValue, let session = session(peerID: peerID) {
+            session.rooms.remove(name)
+            forgetHomeIfUnused(RoomKey(appID: session.app.id, name: name))
+        }
+        localDelivery.deliver(OutgoingEvent(type: type, data: .value(message["data"] ?? .null)), toPeer: peerID)
+    }
+
+    /// A room this node ran closed: its members elsewhere are no longer routed to, its key goes.
+    func roomClosedHere(_ key: RoomKey, members: [String]) {
+        for peerID in members { remoteMembers.removeValue(forKey: peerID) }
+        cluster?.releaseRoom(appID: key.appID, name: key.name)
+    }
+
+    /// Every third of `call_lease_seconds`: renews the keys of the rooms this node runs; the
+    /// members of its rooms whose node died leave them (`disconnected`); the rooms its sessions
+    /// are in that ran on a node that died are closed for them (`room.closed`, reason
+    /// `node_lost`: they join again, and the room is made again on a live node).
+    func keepClusterRooms() {
+        guard let cluster else { return }
+        for room in rooms.rooms.values where room.call == nil { cluster.holdRoom(appID: room.key.appID, name: room.key.name) }
+        let nodes = Set(remoteMembers.values).union(roomHomes.values)
+        guard !nodes.isEmpty else { return }
+        cluster.alive(nodes) { [weak self] living in
+            guard let self, let living else { return }
+            for (peerID, node) in remoteMembers where !living.contains(node) {
+                remoteMembers.removeValue(forKey: peerID)
+                for room in rooms.rooms.values where room.member(peerID) != nil {
+                    if let effects = try? rooms.leave(room.key, peerID: peerID, reason: .disconnected) { apply(effects) }
+                }
+            }
+            for (key, node) in roomHomes where !living.contains(node) {
+                roomHomes.removeValue(forKey: key)
+                for session in sessions.all where session.app.id == key.appID && session.rooms.contains(key.name) {
+                    session.rooms.remove(key.name)
+                    localDelivery.deliver(OutgoingEvent(.closed(room: key.name, reason: .nodeLost)), toPeer: session.peerID)
+                }
+            }
+        }
+    }
+}
