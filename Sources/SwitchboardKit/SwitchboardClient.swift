@@ -247,6 +247,10 @@ public actor SwitchboardClient {
             lastSequence = 0
             eventSink.yield(replaced ? .sessionReplaced(peerID: welcome.peerID) : .connected(peerID: welcome.peerID, resumed: false))
         case MessageType.sessionResumed:
+            // A session that moved to another node of a cluster resumes with a new token.
+            if let resumed = try? JSONDecoder().decode(SessionResumed.self, from: JSONEncoder().encode(hello.data)), let fresh = resumed.resumeToken {
+                resumeToken = fresh
+            }
             eventSink.yield(.connected(peerID: peerID ?? "", resumed: true))
         default:
             throw SwitchboardError.invalidResponse("unexpected \(hello.type)")

@@ -40,17 +40,22 @@ public struct SessionResumed: Sendable, Codable, Equatable {
     public var replayFrom: UInt64
     /// How many events are replayed.
     public var replayCount: Int
+    /// The token to resume with from now on, when it changed (the session moved to another
+    /// node of a cluster); absent: the same as before.
+    public var resumeToken: String?
 
-    public init(peerID: String, replayFrom: UInt64, replayCount: Int) {
+    public init(peerID: String, replayFrom: UInt64, replayCount: Int, resumeToken: String? = nil) {
         self.peerID = peerID
         self.replayFrom = replayFrom
         self.replayCount = replayCount
+        self.resumeToken = resumeToken
     }
 
     enum CodingKeys: String, CodingKey {
         case peerID = "peer_id"
         case replayFrom = "replay_from"
         case replayCount = "replay_count"
+        case resumeToken = "resume_token"
     }
 }
 
@@ -118,6 +123,9 @@ public enum CloseCode {
     public static let clientDropped: UInt16 = 4000
     /// A resumed connection took the session over: this older connection is closed.
     public static let replaced: UInt16 = 4001
+    /// The server is going away for a while (a node of a cluster draining): reconnect at once
+    /// and resume; the load balancer sends the connection to another node.
+    public static let serviceRestart: UInt16 = 1012
     /// The session's access token expired (or the app secret that signed it is no longer
     /// accepted): reconnect with a fresh token; the session may be resumed within its grace.
     public static let tokenExpired: UInt16 = 4003

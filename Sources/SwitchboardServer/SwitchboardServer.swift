@@ -155,8 +155,17 @@ public final class SwitchboardServer: Sendable {
         let gateway = self.gateway
         let cluster = self.cluster
         http.loop.execute {
-            cluster?.stop()
-            gateway.drain(grace: grace) { drained.signal() }
+            guard let cluster else { return gateway.drain(grace: grace) { drained.signal() } }
+            // A node of a cluster: out of the balancer at once (/readyz 503), its rooms closed
+            // and its calls handed over, then its sessions told to resume elsewhere (1012) and
+            // handed over as they do; it leaves the cluster last.
+            gateway.beginDraining()
+            gateway.hub.drainCluster {
+                gateway.drain(grace: grace, code: CloseCode.serviceRestart, waitForSessions: true) {
+                    cluster.stop()
+                    drained.signal()
+                }
+            }
         }
         drained.wait()
         http.stop()

@@ -104,6 +104,9 @@ final class TestClient: Sendable {
         func withLock<T>(_ body: (inout [WebSocketClient.Event]) -> T) -> T { events.withLock { body(&$0) } }
     }
 
+    /// The `session.welcome` data, where a test keeps it.
+    let welcome = Locked<JSONValue?>(nil)
+
     /// Envelopes read while waiting for a reply, handed out first by `nextEnvelope`.
     private let stash = Locked<[Envelope]>([])
 

@@ -322,9 +322,12 @@ extension Hub {
     /// The refusal of a request about a call not live here: `call_ended` to a participant once
     /// the store shows the call (it ended), else `call_not_found`.
     private func refuseForCallNotLive(_ id: String, identity: String, appID: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        let clustered = cluster != nil
         withStore(for: appID, { try $0.callSummary(id: id, appID: appID) }) { result in
             if case .success(let stored?) = result, stored.caller == identity || stored.callees.contains(identity) {
-                answer(.failure(CallError.ended.body))
+                // In a cluster a call live in the store is on its way to another node (its
+                // owner drains or died): asked again in a moment, it is answered.
+                answer(.failure(clustered && stored.summary["state"] != "ended" ? Cluster.ownerGone : CallError.ended.body))
             } else if case .failure(let error) = result, Store.storageProblem(of: error) != nil {
                 answer(.failure(.storeRead(error, reading: "the call")))
             } else {
@@ -433,10 +436,10 @@ extension Hub {
             carryOut(call, effects.filter { $0 != .save }, setup: setup)
         }
         if saves {
-            save(call, setup: setup) { [weak self, weak call] in
-                guard let self, let call else { return }
+            // The call is kept until its events are out, even if this node lets it go meanwhile.
+            save(call, setup: setup) { [weak self] in
                 call.markReady(entry)
-                drain(call)
+                self?.drain(call)
             }
         }
         drain(call)

@@ -35,6 +35,7 @@ final class Cluster: @unchecked Sendable {
     /// Actions passed on to other nodes, waiting for their answer, by request number.
     private var forwards: [UInt64: Forward] = [:]
     private var nextForward: UInt64 = 0
+    private var eventCount: UInt64 = 0
     private var heartbeat: TimerID?
     private weak var loop: EventLoop?
     /// What arrives from other nodes goes to the hub.
@@ -60,6 +61,8 @@ final class Cluster: @unchecked Sendable {
 
     static func nodeKey(_ node: String) -> String { "sb:node:" + node }
     static func nodeChannel(_ node: String) -> String { "sb:n:" + node }
+    /// What every node hears (`tellEveryone`).
+    static let allChannel = "sb:all"
     static func userChannel(appID: String, identity: String) -> String { "sb:u:" + appID + ":" + identity }
     static func callKey(_ callID: String) -> String { "sb:call:" + callID }
     static func busyKey(appID: String, identity: String) -> String { "sb:busy:" + appID + ":" + identity }
@@ -105,7 +108,7 @@ final class Cluster: @unchecked Sendable {
         let subscriber = RedisConnection(url: url, loop: loop)
         subscriber.onStateChange = { [weak self] up in
             guard let self, up, let subscriber = self.subscriber else { return }
-            subscriber.subscribe([Self.nodeChannel(nodeID)] + userChannels.sorted())
+            subscriber.subscribe([Self.nodeChannel(nodeID), Self.allChannel] + userChannels.sorted())
         }
         subscriber.onMessage = { [weak self] channel, payload in self?.received(payload, on: channel) }
         self.commands = commands
@@ -139,7 +142,8 @@ final class Cluster: @unchecked Sendable {
         forwards.removeAll()
     }
 
-    var isConnected: Bool { commands?.isConnected == true }
+    /// Both connections to Redis are up (`/readyz` says 503 otherwise).
+    var isConnected: Bool { commands?.isConnected == true && subscriber?.isConnected == true }
 
     // MARK: Users
 
@@ -158,7 +162,13 @@ final class Cluster: @unchecked Sendable {
 
     /// Publishes an event for a user's sessions on the other nodes. `invitation`: their nodes
     /// answer this node with where it went.
-    func publish(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?) {
+    /// A new id for a user event: unique in the cluster (this node's id and instance, and a count).
+    func nextEventID() -> String {
+        eventCount += 1
+        return instance + "/" + String(eventCount)
+    }
+
+    func publish(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?, eventID: String) {
         let data: JSONValue
         switch event.data {
         case .value(let value): data = value
@@ -167,6 +177,7 @@ final class Cluster: @unchecked Sendable {
         var message: [String: JSONValue] = [
             "k": "event", "from": .string(nodeID), "app": .string(appID), "user": .string(identity), "type": .string(event.type), "data": data,
         ]
+        message["eid"] = .string(eventID)
         if let except { message["except"] = .string(except) }
         if let invitation { message["invite"] = ["call": .string(invitation.callID), "callee": .string(invitation.callee)] }
         commands?.send([Array("PUBLISH".utf8), Array(Self.userChannel(appID: appID, identity: identity).utf8), JSONText.serialize(.object(message))]) {
@@ -291,6 +302,15 @@ final class Cluster: @unchecked Sendable {
         publish(message, toNode: node)
     }
 
+    /// Tells every node (this one too) something that needs no answer.
+    func tellEveryone(_ op: String, _ body: [String: JSONValue] = [:]) {
+        var message = body
+        message["k"] = "tell"
+        message["op"] = .string(op)
+        message["from"] = .string(nodeID)
+        commands?.send([Array("PUBLISH".utf8), Array(Self.allChannel.utf8), JSONText.serialize(.object(message))]) { _ in }
+    }
+
     /// A signal for the node running its room, its payload spliced as it came (no JSON tree).
     func tellSignal(appID: String, room: String, from: String, to: String, signal: ArraySlice<UInt8>, toNode node: String) {
         var bytes: [UInt8] = []
@@ -371,8 +391,9 @@ final class Cluster: @unchecked Sendable {
             guard message["from"]?.stringValue != nodeID, let appID = message["app"]?.stringValue, let identity = message["user"]?.stringValue,
                 let type = message["type"]?.stringValue
             else { return }
-            let receipts = hub.localDelivery.deliverHere(
-                OutgoingEvent(type: type, data: .value(message["data"] ?? .null)), toUser: identity, appID: appID, except: message["except"]?.stringValue)
+            let receipts = hub.userEventArrived(
+                OutgoingEvent(type: type, data: .value(message["data"] ?? .null)), toUser: identity, appID: appID, except: message["except"]?.stringValue,
+                eventID: message["eid"]?.stringValue)
             if let invite = message["invite"], let owner = message["from"]?.stringValue, !receipts.isEmpty {
                 publish(
                     ["k": "rang", "call": invite["call"] ?? .null, "callee": invite["callee"] ?? .null,
@@ -442,7 +463,8 @@ final class ClusterDelivery: EventDelivery {
     }
 
     func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?) {
-        local.deliver(event, toUser: identity, appID: appID, except: except, invitation: invitation)
-        cluster.publish(event, toUser: identity, appID: appID, except: except, invitation: invitation)
+        let eventID = cluster.nextEventID()
+        local.deliver(event, toUser: identity, appID: appID, except: except, invitation: invitation, eventID: eventID)
+        cluster.publish(event, toUser: identity, appID: appID, except: except, invitation: invitation, eventID: eventID)
     }
 }

@@ -11,6 +11,7 @@ extension Hub {
         case "act": forwardedAction(message, answer: answer)
         case "join": forwardedJoin(message, answer: answer)
         case "meta": forwardedMetadata(message, answer: answer)
+        case "take": handOverSession(message, answer: answer)
         default: answer(.failure(ErrorBody(.badRequest, "unknown request '\(op.prefix(32))' from another node")))
         }
     }
@@ -22,6 +23,8 @@ extension Hub {
         case "sig": forwardedSignal(message)
         case "data": forwardedData(message)
         case "leave": forwardedLeave(message)
+        case "move": memberMoved(message)
+        case "sweep": if node != cluster?.nodeID { takeOverAbandonedCalls() }
         default: return
         }
     }
@@ -135,7 +138,7 @@ extension Hub {
             }
         }
         if case .room(let name) = call.media { callRooms.removeValue(forKey: RoomKey(appID: state.appID, name: name)) }
-        logger.warning("another node runs this call now", ["call": state.id])
+        logger.info("this node no longer runs the call", ["call": state.id])
     }
 
     /// Renews this node's hold on its calls in Redis and the busy marks of their participants.

@@ -79,7 +79,7 @@ extension Hub {
     }
 
     /// Stops routing to a room's node once no session here is in the room.
-    private func forgetHomeIfUnused(_ key: RoomKey) {
+    func forgetHomeIfUnused(_ key: RoomKey) {
         let used = sessions.all.contains { $0.app.id == key.appID && $0.rooms.contains(key.name) }
         if !used { roomHomes.removeValue(forKey: key) }
     }

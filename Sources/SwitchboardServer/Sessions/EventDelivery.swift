@@ -61,14 +61,20 @@ final class LocalDelivery: EventDelivery {
     }
 
     func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?) {
-        let receipts = deliverHere(event, toUser: identity, appID: appID, except: except)
+        deliver(event, toUser: identity, appID: appID, except: except, invitation: invitation, eventID: nil)
+    }
+
+    /// `eventID`: the event's id in a cluster (each session gets it once).
+    func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?, eventID: String?) {
+        let receipts = deliverHere(event, toUser: identity, appID: appID, except: except, eventID: eventID)
         if let invitation { hub.invitationDelivered(receipts, invitation) }
     }
 
     /// Delivers to the user's sessions on this node and says where it went.
-    func deliverHere(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?) -> [DeliveryReceipt] {
+    func deliverHere(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, eventID: String? = nil) -> [DeliveryReceipt] {
         var receipts: [DeliveryReceipt] = []
         for session in hub.sessions.sessions(ofUser: Hub.userKey(appID, identity)) where session.deviceKey != except {
+            if let eventID, !session.note(eventID: eventID) { continue }
             hub.sendEvent(event, to: session)
             receipts.append(DeliveryReceipt(device: session.deviceKey, attached: session.connection != nil))
         }

@@ -16,6 +16,11 @@ extension Hub {
         metrics.add("switchboard_connections", 1)
         var resumeFailed = false
         if let resume {
+            if sessions.session(resumeToken: resume.token) == nil, let node = Self.node(ofResumeToken: resume.token), let cluster, node != cluster.nodeID {
+                // A session another node of the cluster holds (it drains, or died).
+                return resumeFromNode(
+                    node, connection: connection, claims: claims, app: app, resume: resume, deviceID: deviceID, secretTag: secretTag)
+            }
             if let session = sessions.session(resumeToken: resume.token), session.app.id == app.id, session.identity == claims.sub {
                 if let missed = session.log.events(after: resume.lastSequence, newest: session.lastSequence),
                     missed.reduce(0, { $0 + $1.count }) <= replayBudget
@@ -33,11 +38,12 @@ extension Hub {
             resumeFailed = true
             metrics.increment("switchboard_resumes_total", ["outcome": "failed"])
         }
-        let limits = configuration.limits
-        let session = Session(
-            peerID: "p_" + RandomID.alphanumeric(16), app: app, claims: claims, secretTag: secretTag, resumeToken: RandomID.alphanumeric(32),
-            log: EventLog(capacity: limits.resumeBufferEvents, maxBytes: min(limits.resumeBufferBytes, replayBudget)),
-            rate: TokenBucket(rate: limits.messagesPerSecond, burst: limits.messageBurst, now: now))
+        openSession(connection, claims: claims, app: app, deviceID: deviceID, secretTag: secretTag, resumeFailed: resumeFailed)
+    }
+
+    /// A fresh session on `connection`: `session.welcome`, and the calls ringing for its user.
+    func openSession(_ connection: ConnectionID, claims: AccessTokenClaims, app: App, deviceID: String?, secretTag: String, resumeFailed: Bool) {
+        let session = makeSession(peerID: "p_" + RandomID.alphanumeric(16), claims: claims, app: app, secretTag: secretTag)
         session.deviceID = deviceID
         sessions.add(session, on: connection)
         armTokenTimer(session)
@@ -48,6 +54,23 @@ extension Hub {
             serverTime: wallMillis, limits: sessionLimits, resumeFailed: resumeFailed)
         sendControl(MessageType.sessionWelcome, welcome, to: session)
         offerRingingCalls(to: session)
+    }
+
+    /// A session object with this node's limits and a resume token naming this node (in a
+    /// cluster: `<random>.<node id>`, so that any node knows where to ask for it).
+    func makeSession(peerID: String, claims: AccessTokenClaims, app: App, secretTag: String) -> Session {
+        let limits = configuration.limits
+        return Session(
+            peerID: peerID, app: app, claims: claims, secretTag: secretTag,
+            resumeToken: RandomID.alphanumeric(32) + (cluster.map { "." + $0.nodeID } ?? ""),
+            log: EventLog(capacity: limits.resumeBufferEvents, maxBytes: min(limits.resumeBufferBytes, replayBudget)),
+            rate: TokenBucket(rate: limits.messagesPerSecond, burst: limits.messageBurst, now: now))
+    }
+
+    /// The node a resume token names (a cluster's), or nil.
+    static func node(ofResumeToken token: String) -> String? {
+        guard let dot = token.firstIndex(of: "."), token.index(after: dot) < token.endIndex else { return nil }
+        return String(token[token.index(after: dot)...])
     }
 
     /// The most a resume replays: what a connection's send queue holds (`send_queue_bytes`)
@@ -163,7 +186,7 @@ extension Hub {
             idleTimeoutSeconds: limits.idleTimeoutSeconds, resumeGraceSeconds: limits.resumeGraceSeconds)
     }
 
-    private func reattach(_ session: Session, to connection: ConnectionID, claims: AccessTokenClaims, replay: [OutboundFrame], from: UInt64) {
+    func reattach(_ session: Session, to connection: ConnectionID, claims: AccessTokenClaims, replay: [OutboundFrame], from: UInt64) {
         if let old = sessions.attach(session, to: connection) {
             // The old connection is still open (a half-dead socket): this one replaces it.
             output?.close(old, code: CloseCode.replaced, reason: "replaced by a resumed connection")
@@ -185,13 +208,19 @@ extension Hub {
     func disconnected(_ connection: ConnectionID, reason: CloseReason) {
         metrics.add("switchboard_connections", -1)
         metrics.increment("switchboard_disconnects_total", ["reason": reason.label])
+        pendingResumes.remove(connection)
         guard let session = sessions.detach(connection) else { return }
         if case .peer(let code) = reason, code == 1000 || code == 1001 {
             end(session, reason: .left)
             return
         }
+        startGrace(session, reason: reason.label)
+    }
+
+    /// A detached session waits `resume_grace_seconds` for its client, then ends.
+    func startGrace(_ session: Session, reason: String) {
         let grace = configuration.limits.resumeGraceSeconds
-        logger.debug("session detached", ["peer": session.peerID, "reason": reason.label, "grace_seconds": String(grace)])
+        logger.debug("session detached", ["peer": session.peerID, "reason": reason, "grace_seconds": String(grace)])
         session.graceTimer = scheduler?.schedule(after: .seconds(grace)) { [weak self, weak session] in
             guard let self, let session, session.connection == nil else { return }
             session.graceTimer = nil
@@ -201,7 +230,7 @@ extension Hub {
     }
 
     /// Ends a session: it leaves its rooms (others hear `reason`) and can no longer be resumed.
-    private func end(_ session: Session, reason: PeerLeftReason) {
+    func end(_ session: Session, reason: PeerLeftReason) {
         if let timer = session.graceTimer { scheduler?.cancel(timer) }
         if let timer = session.tokenTimer { scheduler?.cancel(timer) }
         for name in session.rooms.sorted() {

@@ -91,6 +91,17 @@ final class Hub: @unchecked Sendable {
     var roomHomes: [RoomKey: String] = [:]
     /// In a cluster: the node of each member of this node's rooms whose session is on another.
     var remoteMembers: [String: String] = [:]
+    /// In a cluster: connections waiting for their session from another node.
+    var pendingResumes: Set<ConnectionID> = []
+    /// In a cluster: user events for the users of those connections, held until their session
+    /// is here (`Hub+ClusterSessions`).
+    var heldUserEvents: [String: HeldEvents] = [:]
+
+    struct HeldEvents {
+        /// Sessions of the user on their way here.
+        var waiting = 0
+        var events: [(eventID: String?, event: OutgoingEvent, except: String?)] = []
+    }
 
     /// Joins the hub to a cluster: events for users go to every node, the node listens for its
     /// users' events, and calls, presence and busy are read and written cluster-wide.

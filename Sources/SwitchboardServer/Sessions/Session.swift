@@ -28,6 +28,17 @@ final class Session {
     var rate: TokenBucket
     /// The registered device this connection belongs to (`device_id` on `/v1/ws`), if any.
     var deviceID: String?
+    /// In a cluster: the ids of the last user events it got (`ClusterDelivery`), so that an
+    /// event that reaches it twice while it moves between nodes is delivered once.
+    private(set) var recentEventIDs: [String] = []
+
+    /// Notes a user event's id; false when it had it already.
+    func note(eventID: String) -> Bool {
+        guard !recentEventIDs.contains(eventID) else { return false }
+        recentEventIDs.append(eventID)
+        if recentEventIDs.count > 64 { recentEventIDs.removeFirst(recentEventIDs.count - 64) }
+        return true
+    }
 
     /// How call events address this connection's device.
     var deviceKey: String { deviceID ?? "session:" + peerID }
@@ -84,8 +95,13 @@ struct EventLog {
 
     /// The events after `seq`, or nil when some of them are no longer kept.
     func events(after seq: UInt64, newest: UInt64) -> [OutboundFrame]? {
+        numbered(after: seq, newest: newest)?.map(\.frame)
+    }
+
+    /// The events after `seq` with their `seq`, or nil when some are no longer kept.
+    func numbered(after seq: UInt64, newest: UInt64) -> [(seq: UInt64, frame: OutboundFrame)]? {
         if seq == newest { return [] }
         guard seq < newest, let oldest = entries[head...].first?.seq, oldest <= seq + 1 else { return nil }
-        return entries[head...].filter { $0.seq > seq }.map(\.frame)
+        return entries[head...].filter { $0.seq > seq }
     }
 }

@@ -24,11 +24,12 @@ final class SessionTable {
     /// The sessions of the user with this key (`Hub.userKey`), attached or not.
     func sessions(ofUser key: String) -> [Session] { byUser[key] ?? [] }
 
-    /// A new session, attached to `connection`.
-    func add(_ session: Session, on connection: ConnectionID) {
+    /// A new session, attached to `connection` (nil: detached, a session that moved here from
+    /// another node while its client was away).
+    func add(_ session: Session, on connection: ConnectionID?) {
         session.connection = connection
         byPeer[session.peerID] = session
-        byConnection[connection] = session
+        if let connection { byConnection[connection] = session }
         byResumeToken[session.resumeToken] = session
         let key = Hub.userKey(session.app.id, session.identity)
         let first = byUser[key] == nil

@@ -32,6 +32,15 @@ extension Store {
             written: written)
     }
 
+    /// Gives up this store's `owner`'s hold on calls `ids` (a node draining): another server
+    /// takes them at its next sweep. `written` runs once it is stored.
+    func giveUpCallLeases(_ ids: [String], written: @escaping @Sendable () -> Void) {
+        let owner = self.owner
+        enqueue("call leases given up", statements: ids.map {
+            SQLStatement("UPDATE calls SET lease_until = 0 WHERE id = ? AND owner = ? AND state != 'ended'", [.text($0), .text(owner)])
+        }, written: written)
+    }
+
     /// Extends this store's `owner`'s hold on every call it runs to `untilMillis` (queued: one
     /// statement, whatever the number of calls).
     func renewCallLeases(untilMillis: Int64) {

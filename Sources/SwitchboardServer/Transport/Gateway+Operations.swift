@@ -9,11 +9,15 @@ extension Gateway {
         .now(json(200, ["status": "ok"]))
     }
 
-    /// `GET /readyz`: ready for traffic, unless shutting down or the storage refuses writes.
+    /// `GET /readyz`: ready for traffic, unless shutting down, the storage refuses writes, or
+    /// (a node of a cluster) Redis is not connected.
     func readiness(_ rest: RESTRequest) -> RESTAnswer {
         if draining { return .now(failure(ErrorBody(.unavailable, "server is shutting down"))) }
         if let problem = hub.store.storageProblem {
             return .now(failure(ErrorBody(.unavailable, "storage refuses writes (\(problem)); calls are refused until it recovers")))
+        }
+        if let cluster = hub.cluster, !cluster.isConnected {
+            return .now(failure(ErrorBody(.unavailable, "not connected to the cluster's Redis")))
         }
         return .now(json(200, ["status": "ready"]))
     }

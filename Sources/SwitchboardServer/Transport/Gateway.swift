@@ -236,18 +236,24 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
 
     /// Refuses new connections, closes every WebSocket with 1001, and calls `completion` on the
     /// loop once they are gone or `grace` has passed.
-    func drain(grace: Duration, completion: @escaping @Sendable () -> Void) {
+    /// From now on `/readyz` answers 503 and no connection is accepted or upgraded.
+    func beginDraining() { draining = true }
+
+    /// Closes every WebSocket with `code` (1001 going away; 1012 in a cluster: reconnect and
+    /// resume on another node) and completes once they are closed, and with
+    /// `waitForSessions` once every session has left (taken by another node), or at `grace`.
+    func drain(grace: Duration, code: UInt16 = 1001, waitForSessions: Bool = false, completion: @escaping @Sendable () -> Void) {
         draining = true
         guard let server else {
             completion()
             return
         }
         for connection in server.webSocketConnections {
-            server.close(connection, code: 1001, reason: "server shutting down")
+            server.close(connection, code: code, reason: code == 1001 ? "server shutting down" : "server restarting: reconnect")
         }
         let deadline = ContinuousClock.now + grace
         func check() {
-            if server.webSocketCount == 0 || ContinuousClock.now >= deadline {
+            if (server.webSocketCount == 0 && (!waitForSessions || hub.sessionCount == 0)) || ContinuousClock.now >= deadline {
                 completion()
             } else {
                 server.loop.schedule(after: .milliseconds(20), check)
