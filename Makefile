@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 SWIFT ?= swift
 VENV := .build/venv
 
-.PHONY: run test build deps test-deps autobahn interop typecheck-apple bench fuzz test-sanitize soak clean
+.PHONY: run test build deps test-deps autobahn interop typecheck-apple bench fuzz test-sanitize soak cluster clean
 
 run: deps
 	$(SWIFT) build -c release --product switchboard
@@ -19,6 +19,11 @@ test: test-deps
 	scripts/autobahn.sh .build/debug/switchboard $(VENV)
 	scripts/test-count.sh interop scripts/interop.sh .build/debug/switchboard $(VENV)
 	scripts/typecheck-apple.sh
+
+# A cluster on loopback: PostgreSQL, Redis, three nodes and HAProxy on 127.0.0.1:$(PORT). Ctrl-C stops it.
+cluster: test-deps
+	$(SWIFT) build -c release --product switchboard
+	PORT=$(PORT) scripts/with-postgres.sh scripts/cluster.sh .build/release/switchboard
 
 build: deps
 	$(SWIFT) build

@@ -9,7 +9,7 @@ runtime=(pkg-config libwebsockets-dev libcurl4-openssl-dev libssl-dev libsqlite3
 # Real peers for the tests: coturn, Chromium and its driver, the tools to isolate them,
 # PostgreSQL (scripts/with-postgres.sh starts one of its own on loopback, with TLS: openssl makes
 # its certificate), Redis and HAProxy (the cluster tests start their own on loopback ports).
-testing=(coturn chromium chromium-driver iproute2 util-linux postgresql openssl redis-server haproxy)
+testing=(coturn chromium chromium-driver iproute2 util-linux postgresql openssl redis-server redis-tools haproxy curl)
 
 wanted=("${runtime[@]}")
 if [ "${1:-run}" = "test" ]; then

@@ -89,8 +89,13 @@ final class TestCluster: Sendable {
     /// A session of `identity` as `device` on node `number`. A node that has not seen the app
     /// yet looks its key up first (and asks the client to come back in a second meanwhile).
     func connect(_ identity: String, device: String, node number: Int) async throws -> TestClient {
-        let url = "ws://127.0.0.1:\(port(number))/v1/ws?access_token=\(token(identity))&device_id=\(device)"
-        let client = try await within(.seconds(10), "a session on node \(number)") {
+        try await connect(identity, device: device, port: port(number))
+    }
+
+    /// A session through whatever listens on `port` (a node, or the load balancer).
+    func connect(_ identity: String, device: String, port: Int) async throws -> TestClient {
+        let url = "ws://127.0.0.1:\(port)/v1/ws?access_token=\(token(identity))&device_id=\(device)"
+        let client = try await within(.seconds(10), "a session through port \(port)") {
             while true {
                 if let client = try? await TestClient.connect(url) { return client }
                 try await Task.sleep(for: .milliseconds(100))
@@ -104,7 +109,11 @@ final class TestCluster: Sendable {
 
     /// Resumes a session on node `number` (`session.resumed` expected; its envelope returned).
     func resume(_ identity: String, device: String, node number: Int, token: String, lastSequence: UInt64) async throws -> (TestClient, Envelope) {
-        let url = "ws://127.0.0.1:\(port(number))/v1/ws?access_token=\(self.token(identity))&device_id=\(device)&resume_token=\(token)&last_seq=\(lastSequence)"
+        try await resume(identity, device: device, port: port(number), token: token, lastSequence: lastSequence)
+    }
+
+    func resume(_ identity: String, device: String, port: Int, token: String, lastSequence: UInt64) async throws -> (TestClient, Envelope) {
+        let url = "ws://127.0.0.1:\(port)/v1/ws?access_token=\(self.token(identity))&device_id=\(device)&resume_token=\(token)&last_seq=\(lastSequence)"
         let client = try await TestClient.connect(url)
         return (client, try await client.nextEnvelope())
     }
@@ -504,6 +513,47 @@ struct ClusterTests {
             #expect(calls.compactMap { $0["call_id"]?.stringValue } == [callID], "\(user): \(calls)")
             #expect(calls.first?["outcome"] == "completed")
         }
+    }
+
+    /// Through HAProxy, configured as docs/scaling.md says: sessions reach the nodes through it,
+    /// a call rings and is answered through it; when the node holding a session drains, the
+    /// balancer takes it out (its `/readyz` says 503) and the session resumes through the
+    /// balancer on another node, its call going on.
+    @Test(.enabled(if: LoadBalancer.installed, "needs haproxy (make test installs it)"))
+    func throughHAProxyACallRingsAndASessionResumesWhenItsNodeDrains() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...3 { try await cluster.start(node, ["--shutdown-grace-seconds", "4"]) }
+        let balancer = try LoadBalancer(backends: (1...3).map(cluster.port))
+        defer { balancer.stop() }
+        let alice = try await cluster.connect("alice", device: "a", port: balancer.port)
+        let bob = try await cluster.connect("bob", device: "b", port: balancer.port)
+        let callID = try await call(alice, to: ["bob"])
+        _ = try await event(bob, "call.incoming", call: callID)
+        #expect(try await act(bob, MessageType.callAnswer, callID).type == MessageType.ok)
+        let accepted = try await event(alice, "call.accepted", call: callID)
+
+        // Drain the node alice's session is on (its resume token names it).
+        let token = try #require(try await cluster.welcomeToken(of: alice))
+        let node = try #require(Int(token.split(separator: "-").last ?? ""))
+        let stopping = Task { try await cluster.node(node)?.stop(timeout: .seconds(30)) }
+        _ = try await alice.closeCode()
+        let (moved, resumed) = try await within(.seconds(10), "alice to resume through the balancer") {
+            while true {
+                // Until the balancer's next check, it may still send a connection to the draining
+                // node, which refuses it (503): the client tries again, as the SDK does.
+                if let attempt = try? await cluster.resume("alice", device: "a", port: balancer.port, token: token, lastSequence: accepted.seq ?? 0),
+                    attempt.1.type == MessageType.sessionResumed
+                { return attempt }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        let newToken = try #require(resumed.data?["resume_token"]?.stringValue)
+        #expect(!newToken.hasSuffix("node-\(node)"), "resumed on another node: \(newToken)")
+        #expect(try await stopping.value == 0)
+        let ended = try await actUntilTaken(bob, MessageType.callEnd, callID)
+        #expect(ended.data?["outcome"] == "completed", "\(ended)")
+        _ = try await event(moved, "call.ended", call: callID)
     }
 
     /// One live node per node id; a cluster needs the shared store.
