@@ -20,9 +20,15 @@ final class TestCluster: Sendable {
     /// Short leases so that deaths are noticed in seconds.
     let lease = 3
 
-    init() throws {
+    /// `storeURL`: a PostgreSQL of the test's own (one it stops and starts); none: a schema on
+    /// the run's server.
+    init(storeURL: String? = nil) throws {
         redis = try RedisServer()
-        (databaseURL, dropDatabase) = try TestPostgres.database()
+        if let storeURL {
+            (databaseURL, dropDatabase) = (storeURL, {})
+        } else {
+            (databaseURL, dropDatabase) = try TestPostgres.database()
+        }
         directory = try makeTemporaryDirectory()
         let key = try ECPrivateKey.generate()
         var configuration = APNsSandbox.Configuration()
@@ -306,6 +312,9 @@ struct ClusterTests {
         _ = try await event(aliceAgain, "call.accepted", call: callID)
         #expect(tookOver < .seconds(cluster.lease * 3), "taken over in \(tookOver)")
         #expect(cluster.voipPushes(callID: callID).map(\.token) == [voip], "the VoIP push went once")
+        // Nodes 2 and 3 both swept for it: one of them took it.
+        let takers = [2, 3].filter { cluster.node($0)?.standardError.contains("call taken over") == true }
+        #expect(takers.count == 1, "taken over by \(takers)")
 
         // Which node runs it now? Kill that one too: the third takes it over, and it ends.
         let owner = try #require(try cluster.redis.command(["GET", "sb:call:" + callID])?.text)
@@ -554,6 +563,78 @@ struct ClusterTests {
         let ended = try await actUntilTaken(bob, MessageType.callEnd, callID)
         #expect(ended.data?["outcome"] == "completed", "\(ended)")
         _ = try await event(moved, "call.ended", call: callID)
+    }
+
+    /// Redis restarted (empty) during a call: meanwhile `/readyz` says 503 and an action passed
+    /// between nodes is refused with 503 (the call itself is safe in the store); the nodes
+    /// reconnect by themselves, write their keys again, and the call goes on: the answer
+    /// retried is taken, the end reaches everyone, the history holds it once.
+    @Test func aCallGoesOnWhenRedisRestarts() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let callID = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: callID)
+
+        cluster.redis.stop()
+        try await within(.seconds(5), "/readyz to say Redis is gone") {
+            while try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(2))/readyz").status != 503 { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(try await act(bob, MessageType.callAnswer, callID).error?.code == .unavailable)
+        try await offThePool { try cluster.redis.start() }
+        let answered = try await actUntilTaken(bob, MessageType.callAnswer, callID)
+        #expect(answered.data?["state"] == "accepted", "\(answered)")
+        _ = try await event(alice, "call.accepted", call: callID)
+        #expect(try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(1))/readyz").status == 200)
+        #expect(try cluster.redis.command(["GET", "sb:call:" + callID])?.text == "node-1", "the owner wrote its key again")
+        let ended = try await act(bob, MessageType.callEnd, callID)
+        #expect(ended.data?["outcome"] == "completed", "\(ended)")
+        _ = try await event(alice, "call.ended", call: callID)
+        let calls = entries(try await cluster.get("/v1/calls", as: "alice", node: 2)["calls"])
+        #expect(calls.compactMap { $0["call_id"]?.stringValue } == [callID])
+    }
+
+    /// PostgreSQL stopped during an answered call: `/readyz` says 503, the end of the call waits
+    /// for its write (nobody hears of a state a node taking the call over would not know), no
+    /// node takes the call over from its owner; once the database is back the end reaches
+    /// everyone, and the history and the call's record hold it once.
+    @Test func aCallGoesOnWhenPostgreSQLRestarts() async throws {
+        let postgres = try await offThePool { try PostgresInstance() }
+        defer { postgres.destroy() }
+        let cluster = try TestCluster(storeURL: postgres.url)
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let callID = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: callID)
+        #expect(try await act(bob, MessageType.callAnswer, callID).type == MessageType.ok)
+        _ = try await event(alice, "call.accepted", call: callID)
+
+        try await offThePool { try postgres.stop() }
+        try await within(.seconds(10), "/readyz to say the store is down") {
+            while try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(1))/readyz").status != 503 { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let ending = Task { try await act(alice, MessageType.callEnd, callID) }
+        // Longer than the lease: the owner still holds the call in Redis, nobody takes it.
+        try await Task.sleep(for: .seconds(cluster.lease + 1))
+        try await bob.expectSilence(for: .milliseconds(200))
+        try await offThePool { try postgres.start() }
+        let ended = try await ending.value
+        #expect(ended.data?["outcome"] == "completed", "\(ended)")
+        _ = try await event(bob, "call.ended", call: callID)
+        try await within(.seconds(10), "the history to be written") {
+            while entries(try await cluster.get("/v1/calls", as: "bob", node: 2)["calls"]).isEmpty { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        for user in ["alice", "bob"] {
+            let calls = entries(try await cluster.get("/v1/calls", as: user, node: 2)["calls"])
+            #expect(calls.compactMap { $0["call_id"]?.stringValue } == [callID], "\(user): \(calls)")
+            #expect(calls.first?["outcome"] == "completed")
+        }
+        let logs = (cluster.node(1)?.standardError ?? "") + (cluster.node(2)?.standardError ?? "")
+        #expect(!logs.contains("call taken over"), "no node took the call from its living owner")
     }
 
     /// One live node per node id; a cluster needs the shared store.
