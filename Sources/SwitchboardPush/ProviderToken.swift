@@ -22,15 +22,18 @@ public final class ProviderTokenCache: Sendable {
     private let clock: @Sendable () -> Date
     private let current = Locked<Token?>(nil)
     private let mints = Atomic<Int>(0)
-    private let onMint: (@Sendable (Token) -> Void)?
+    private let settle: (@Sendable (_ minted: Token, _ replacing: Token?) -> String?)?
 
-    /// `onMint` sees every new token (the server keeps it in its store, so that a restarted
-    /// process adopts it instead of minting again).
+    /// Several processes that push with one key must use one token (Apple refuses a new one
+    /// within 20 minutes of the last): `settle` is handed every token this cache mints, with
+    /// the one it replaces, before it is used, and answers the token to use (the server keeps
+    /// it in its store: the minted one when it is the first to replace that one, else the one
+    /// another process stored first). Nil: the minted one.
     public init(
         key: ECPrivateKey, keyID: String, teamID: String, refreshInterval: Duration = .seconds(40 * 60),
-        clock: @escaping @Sendable () -> Date = { Date() }, onMint: (@Sendable (Token) -> Void)? = nil
+        clock: @escaping @Sendable () -> Date = { Date() }, settle: (@Sendable (_ minted: Token, _ replacing: Token?) -> String?)? = nil
     ) {
-        self.onMint = onMint
+        self.settle = settle
         self.key = key
         self.keyID = keyID
         self.teamID = teamID
@@ -43,6 +46,13 @@ public final class ProviderTokenCache: Sendable {
     /// providers that mint new tokens more often than every 20 minutes, so processes that come
     /// and go (the command line) should share one.
     public func adopt(_ jwt: String) -> Bool {
+        guard let token = verified(jwt) else { return false }
+        current.withLock { $0 = token }
+        return true
+    }
+
+    /// `jwt` as a token of this key, team and key id, still young enough; nil when it is not.
+    private func verified(_ jwt: String) -> Token? {
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let signature = Base64URL.decode(parts[2]), let claimsBytes = Base64URL.decode(parts[1]),
             let headerBytes = Base64URL.decode(parts[0]),
@@ -51,18 +61,17 @@ public final class ProviderTokenCache: Sendable {
             claims["iss"] as? String == teamID, let issued = (claims["iat"] as? NSNumber)?.int64Value,
             let publicKey = try? ECPublicKey(pem: key.publicKeyPEM),
             publicKey.verify(signature, of: Array("\(parts[0]).\(parts[1])".utf8))
-        else { return false }
+        else { return nil }
         let issuedAt = Date(timeIntervalSince1970: Double(issued))
         let age = clock().timeIntervalSince(issuedAt)
-        guard age >= 0, age < refreshInterval.seconds else { return false }
-        current.withLock { $0 = Token(jwt: jwt, issuedAt: issuedAt) }
-        return true
+        guard age >= 0, age < refreshInterval.seconds else { return nil }
+        return Token(jwt: jwt, issuedAt: issuedAt)
     }
 
     /// The token in use, if one was minted or adopted.
     public var currentToken: Token? { current.withLock { $0 } }
 
-    /// Tokens minted so far.
+    /// Tokens minted and put in use so far (one another process stored first is not counted).
     public var mintCount: Int { mints.load(ordering: .relaxed) }
 
     /// The token to use now: the cached one, or a new one when it is too old.
@@ -77,17 +86,20 @@ public final class ProviderTokenCache: Sendable {
     }
 
     /// The cached token if `usable` says so, else a new one minted under the same lock (so
-    /// requests racing for a new token mint one), then handed to `onMint`.
+    /// requests racing for a new token mint one), settled with the other processes (`settle`).
     private func reuse(if usable: (Token, Date) -> Bool) throws -> Token {
         let now = clock()
-        let (token, minted) = try current.withLock { token -> (Token, Bool) in
-            if let token, usable(token, now) { return (token, false) }
-            let fresh = try mint(at: now)
+        return try current.withLock { token -> Token in
+            if let token, usable(token, now) { return token }
+            var fresh = try mint(at: now)
+            if let settle, let shared = settle(fresh, token), shared != fresh.jwt, let other = verified(shared) {
+                fresh = other
+            } else {
+                mints.add(1, ordering: .relaxed)
+            }
             token = fresh
-            return (fresh, true)
+            return fresh
         }
-        if minted { onMint?(token) }
-        return token
     }
 
     private func mint(at now: Date) throws -> Token {
@@ -96,7 +108,6 @@ public final class ProviderTokenCache: Sendable {
         let claims = Base64URL.encode(Array(#"{"iss":"\#(teamID)","iat":\#(issued)}"#.utf8))
         let input = header + "." + claims
         let signature = try key.sign(Array(input.utf8))
-        mints.add(1, ordering: .relaxed)
         return Token(jwt: input + "." + Base64URL.encode(signature), issuedAt: Date(timeIntervalSince1970: Double(issued)))
     }
 }

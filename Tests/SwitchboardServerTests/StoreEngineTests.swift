@@ -155,10 +155,43 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         try store.setPushSettings(.key(pem: "KEY", keyID: "K1", teamID: "T1"), appID: Self.app.id)
         try store.setPushSettings(.certificate(pem: "CERT", password: "pw"), appID: Self.app.id)
         #expect(try store.pushSettings(appID: Self.app.id) == .certificate(pem: "CERT", password: "pw"), "replaced, not added")
-        store.saveProviderToken("jwt-1", issuedAt: Date(timeIntervalSince1970: 100), keyID: "K1", teamID: "T1")
-        store.saveProviderToken("jwt-2", issuedAt: Date(timeIntervalSince1970: 200), keyID: "K1", teamID: "T1")
-        store.flush()
+        // One provider token per key among the processes sharing the store: the first to
+        // replace a token wins, the others are told to use it.
+        let first = Date(timeIntervalSince1970: 100), second = Date(timeIntervalSince1970: 200)
+        #expect(try store.settleProviderToken("jwt-1", issuedAt: first, replacing: nil, keyID: "K1", teamID: "T1") == "jwt-1")
+        #expect(try store.settleProviderToken("jwt-1b", issuedAt: first, replacing: nil, keyID: "K1", teamID: "T1") == "jwt-1", "another first mint")
+        #expect(try store.settleProviderToken("jwt-2", issuedAt: second, replacing: first, keyID: "K1", teamID: "T1") == "jwt-2")
+        #expect(
+            try store.settleProviderToken("jwt-2b", issuedAt: second, replacing: first, keyID: "K1", teamID: "T1") == "jwt-2",
+            "a second process replacing the same old token is handed the new one")
         #expect(try store.providerToken(keyID: "K1", teamID: "T1") == "jwt-2")
+    }
+
+    /// Two servers sharing a store, each with its own token cache for one signing key, both
+    /// find the token they adopted too old, one second apart: the first one's new token is
+    /// stored and used by both (Apple refuses a key's new token within 20 minutes of the last:
+    /// the second's own would be `TooManyProviderTokenUpdates`); one token minted in all.
+    @Test(arguments: StoreEngine.available)
+    func serversSharingAStoreRefreshAProviderTokenOnce(engine: StoreEngine) throws {
+        let place = try StoreEngine.Place(engine)
+        let stores = [try place.open(), try place.open()]
+        defer { stores.forEach { $0.close() } }
+        let key = try ECPrivateKey.generate()
+        let now = Locked(Date(timeIntervalSince1970: 1_800_000_000))
+        let caches = stores.map { store in
+            ProviderTokenCache(key: key, keyID: "K1", teamID: "T1", clock: { now.withLock { $0 } }, settle: { minted, replacing in
+                try? store.settleProviderToken(minted.jwt, issuedAt: minted.issuedAt, replacing: replacing?.issuedAt, keyID: "K1", teamID: "T1")
+            })
+        }
+        let first = try caches[0].token()
+        #expect(caches[1].adopt(first.jwt), "the second server adopts the stored token at its first push")
+        now.withLock { $0 += 41 * 60 }
+        let renewed = try caches[0].token()
+        #expect(renewed != first)
+        now.withLock { $0 += 1 }
+        #expect(try caches[1].token() == renewed, "the second server uses the token the first stored")
+        #expect(caches[0].mintCount + caches[1].mintCount == 2, "two tokens in all: the first, and one refresh")
+        #expect(try stores[1].providerToken(keyID: "K1", teamID: "T1") == renewed.jwt)
     }
 
     /// A call's record, its history (paged by `created_at`, milliseconds on both engines), its
@@ -505,7 +538,7 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
             }
             try store.setBlocked(["u1", "u2"], appID: Self.app.id, userID: "u0")
             try store.setPushSettings(.key(pem: "KEY", keyID: "K1", teamID: "T1"), appID: Self.app.id)
-            store.saveProviderToken("jwt-1", issuedAt: Date(timeIntervalSince1970: 100), keyID: "K1", teamID: "T1")
+            _ = try store.settleProviderToken("jwt-1", issuedAt: Date(timeIntervalSince1970: 100), replacing: nil, keyID: "K1", teamID: "T1")
             store.flush()
             for index in 0..<calls {
                 var state = CallState(

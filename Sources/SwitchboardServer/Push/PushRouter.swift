@@ -99,10 +99,12 @@ final class PushRouter: PushDispatching {
         case .key(let pem, let keyID, let teamID):
             guard let signingKey = try? ECPrivateKey(pem: pem) else { return nil }
             // Apple throttles a key whose token changes more often than every 20 minutes: the
-            // token in use is kept in the store (a queued write: nobody waits for it), and a
-            // restarted server carries on with it.
-            let cache = ProviderTokenCache(key: signingKey, keyID: keyID, teamID: teamID, onMint: { token in
-                store.saveProviderToken(token.jwt, issuedAt: token.issuedAt, keyID: keyID, teamID: teamID)
+            // token in use is kept in the store, a restarted server carries on with it, and
+            // servers sharing the store (a cluster) use one: a new token is stored only in place
+            // of the one it replaces, else the one another server stored first is used.
+            let cache = ProviderTokenCache(key: signingKey, keyID: keyID, teamID: teamID, settle: { minted, replacing in
+                try? store.settleProviderToken(
+                    minted.jwt, issuedAt: minted.issuedAt, replacing: replacing?.issuedAt, keyID: keyID, teamID: teamID)
             })
             if let savedToken { _ = cache.adopt(savedToken) }
             credentials = .token(cache)

@@ -51,14 +51,24 @@ extension Store {
         }
     }
 
-    /// Keeps a provider token just minted, queued: the push that minted it does not wait.
-    public func saveProviderToken(_ jwt: String, issuedAt: Date, keyID: String, teamID: String) {
-        let upsert = SQLStatement(
-            """
-            INSERT INTO provider_tokens (key_id, team_id, jwt, issued_at) VALUES (?, ?, ?, ?)
-            ON CONFLICT (key_id, team_id) DO UPDATE SET jwt = excluded.jwt, issued_at = excluded.issued_at
-            """,
-            [.text(keyID), .text(teamID), .text(jwt), .integer(Int64(issuedAt.timeIntervalSince1970))])
-        enqueue("provider token", statements: [upsert])
+    /// Keeps a provider token just minted, unless another process already replaced the one it
+    /// replaces (`replacing`: that token's issue time; nil: none was in use), and returns the
+    /// token to use: this one, or the one stored first. Written at once (the push waits: once
+    /// per key every 40 minutes).
+    public func settleProviderToken(_ jwt: String, issuedAt: Date, replacing: Date?, keyID: String, teamID: String) throws -> String? {
+        try write { database in
+            let stored = try database.query(
+                """
+                INSERT INTO provider_tokens (key_id, team_id, jwt, issued_at) VALUES (?, ?, ?, ?)
+                ON CONFLICT (key_id, team_id) DO UPDATE SET jwt = excluded.jwt, issued_at = excluded.issued_at
+                WHERE provider_tokens.issued_at <= ?
+                RETURNING jwt
+                """,
+                [.text(keyID), .text(teamID), .text(jwt), .integer(Int64(issuedAt.timeIntervalSince1970)),
+                 .integer(Int64(replacing?.timeIntervalSince1970 ?? 0))])
+            if let won = stored.first?[0].string { return won }
+            return try database.query("SELECT jwt FROM provider_tokens WHERE key_id = ? AND team_id = ?", [.text(keyID), .text(teamID)])
+                .first?[0].string
+        }
     }
 }
