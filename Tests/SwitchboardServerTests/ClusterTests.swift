@@ -637,6 +637,44 @@ struct ClusterTests {
         #expect(!logs.contains("call taken over"), "no node took the call from its living owner")
     }
 
+    /// The invite limits and idempotency keys are the cluster's: a retried create with the
+    /// same key on another node gets the same call, and a caller who rang a callee as often as
+    /// `invites_per_pair_per_minute` allows through one node is refused through another.
+    // Covers: limit:invites_per_pair_per_minute
+    @Test func inviteLimitsAndIdempotencyKeysHoldAcrossNodes() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--invites-per-pair-per-minute", "2"]) }
+        let aliceOne = try await cluster.connect("alice", device: "a1", node: 1)
+        let aliceTwo = try await cluster.connect("alice", device: "a2", node: 2)
+        _ = try await cluster.connect("bob", device: "b", node: 2)
+        let keyed = CallCreateRequest(callees: ["bob"], idempotencyKey: "retry-1")
+        let made = try await aliceOne.request(MessageType.callCreate, id: "k1", encoding: keyed)
+        let callID = try #require(made.data?["call_id"]?.stringValue, "\(made)")
+        let again = try await aliceTwo.request(MessageType.callCreate, id: "k2", encoding: keyed)
+        #expect(again.data?["call_id"]?.stringValue == callID, "the same call through the other node: \(again)")
+        #expect(try await act(aliceOne, MessageType.callCancel, callID).type == MessageType.ok)
+        let second = try await call(aliceOne, to: ["bob"])
+        #expect(try await act(aliceOne, MessageType.callCancel, second).type == MessageType.ok)
+        let third = try await aliceTwo.request(MessageType.callCreate, id: "c3", encoding: CallCreateRequest(callees: ["bob"]))
+        #expect(third.error?.code == .rateLimited, "the third call to bob this minute, through the other node: \(third)")
+    }
+
+    /// `connects_per_identity_per_minute` counts an identity's connects across the nodes: the
+    /// third connect in a minute with a limit of 2 is closed (1008) before it gets a session,
+    /// though the node it reached had seen only one.
+    // Covers: limit:connects_per_identity_per_minute
+    @Test func theConnectLimitHoldsAcrossNodes() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--connects-per-identity-per-minute", "2"]) }
+        _ = try await cluster.connect("bob", device: "b1", node: 1)
+        _ = try await cluster.connect("bob", device: "b2", node: 2)
+        let third = try await TestClient.connect("ws://127.0.0.1:\(cluster.port(1))/v1/ws?access_token=\(cluster.token("bob"))&device_id=b3")
+        #expect(try await third.closeCode() == 1008)
+        _ = try await cluster.connect("carol", device: "c1", node: 1)
+    }
+
     /// One live node per node id; a cluster needs the shared store.
     @Test func aSecondNodeWithTheSameIdOrWithoutTheStoreIsRefused() async throws {
         let cluster = try TestCluster()

@@ -71,18 +71,43 @@ extension Hub {
                 }
                 // In a cluster, who is connected or in a call on other nodes counts too (Redis);
                 // without an answer from it, this node's own knowledge.
+                let id = RandomID.uuid().uuidString.lowercased()
                 let start = { [weak self] (presence: Cluster.Presence?) in
                     guard let self else { return }
+                    if let earlier = presence?.earlierCall, earlier != id {
+                        return answerWithEarlierCall(earlier, appID: appID, answer: answer)
+                    }
                     do throws(ErrorBody) {
-                        let result = try startCall(request, caller: caller, app: app, device: device, seat: seat, callees: callees,
+                        let result = try startCall(request, id: id, caller: caller, app: app, device: device, seat: seat, callees: callees,
                             timeout: timeout, idempotency: idempotency, needs: needs, presence: presence, setup: setup)
                         // Answered once the call is stored (in a cluster: a node taking it over knows it).
-                        guard let id = result["call_id"]?.stringValue, let call = calls[id] else { return answer(.success(result)) }
+                        guard let made = result["call_id"]?.stringValue, let call = calls[made] else { return answer(.success(result)) }
                         whenStored(call) { answer(.success(result)) }
-                    } catch { answer(.failure(error)) }
+                    } catch {
+                        if let key = request.idempotencyKey, presence != nil {
+                            cluster?.forgetIdempotencyKey(appID: appID, caller: callerID, key: key, callID: id)
+                        }
+                        answer(.failure(error))
+                    }
                 }
-                if let cluster { cluster.presence(of: callees, appID: appID, nowMillis: wallMillis, then: start) } else { start(nil) }
+                // In a cluster, who is connected or in a call on other nodes counts too, the
+                // invite limits and idempotency keys are the cluster's (Redis); without an answer
+                // from it, this node's own knowledge.
+                guard let cluster else { return start(nil) }
+                cluster.callSetup(
+                    callees: callees, appID: appID, caller: callerID, idempotencyKey: request.idempotencyKey, callID: id, limits: configuration.limits,
+                    nowMillis: wallMillis, then: start)
             } catch { answer(.failure(error)) }
+        }
+    }
+
+    /// A create with an idempotency key another node already made a call for: that call as it
+    /// stands (here, or as stored), or `conflict` while it is still being set up.
+    private func answerWithEarlierCall(_ id: String, appID: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        if let call = calls[id] { return answer(.success(describe(call))) }
+        withStore(for: appID, { try $0.callSummary(id: id, appID: appID)?.summary }) { result in
+            if case .success(let summary?) = result { return answer(.success(summary)) }
+            answer(.failure(ErrorBody(.conflict, "a call with this idempotency key is being set up; retry in a second")))
         }
     }
 
@@ -96,7 +121,7 @@ extension Hub {
 
     /// `createCall` on the loop once the store answered: the checks that need it, then the call.
     private func startCall(
-        _ request: CallCreateRequest, caller: AccessTokenClaims, app: App, device: String?, seat: String?, callees: [String],
+        _ request: CallCreateRequest, id: String, caller: AccessTokenClaims, app: App, device: String?, seat: String?, callees: [String],
         timeout: Int, idempotency: String?, needs: CallPrerequisites, presence: Cluster.Presence?, setup: CallSetupClock
     ) throws(ErrorBody) -> JSONValue {
         // The same key again (a request that raced this one may have made the call meanwhile).
@@ -110,7 +135,8 @@ extension Hub {
         }
         let now = self.now
         pruneCallBookkeeping(now: now)
-        guard invites.admit(caller: Self.userKey(app.id, caller.sub), callees: callees, now: now) else {
+        // The cluster's count when it answered (across the nodes), else this node's.
+        guard presence?.admitted ?? invites.admit(caller: Self.userKey(app.id, caller.sub), callees: callees, now: now) else {
             metrics.increment("switchboard_calls_refused_total", ["reason": "rate_limited"])
             throw ErrorBody(.rateLimited, "too many calls; try again in a minute")
         }
@@ -120,7 +146,6 @@ extension Hub {
         let inCall = Set(callees.filter { isInCall($0, appID: app.id) }).union(presence?.inCall ?? [])
         let connected = Set(callees.filter { !sessions.sessions(ofUser: Self.userKey(app.id, $0)).isEmpty }).union(presence?.connected ?? [])
 
-        let id = RandomID.uuid().uuidString.lowercased()
         let media: CallMedia
         if case .external(let descriptor) = request.media {
             media = .external(descriptor)

@@ -190,8 +190,95 @@ final class Cluster: @unchecked Sendable {
         commands?.send([Array("PUBLISH".utf8), Array(Self.nodeChannel(node).utf8), JSONText.serialize(.object(message))]) { _ in }
     }
 
+    /// What a call setup needs from the cluster: which callees have a session on some node and
+    /// which are in an answered call; whether the caller may ring them now (the invite limits,
+    /// counted across the nodes, over the last minute as on one node); and, for an idempotency
+    /// key, the call it already names (nil: this call, `callID`, takes it). `nil`: Redis did not
+    /// answer (the caller then knows only this node).
+    func callSetup(
+        callees identities: [String], appID: String, caller: String, idempotencyKey: String?, callID: String, limits: ServerConfiguration.Limits,
+        nowMillis: Int64, then: @escaping (Presence?) -> Void
+    ) {
+        guard let commands, commands.isConnected, !identities.isEmpty else { return then(nil) }
+        var presence = Presence(connected: [], inCall: [])
+        var left = 3
+        var failed = false
+        func done() {
+            left -= 1
+            if left == 0 { then(failed ? nil : presence) }
+        }
+        commands.send(["PUBSUB", "NUMSUB"] + identities.map { Self.userChannel(appID: appID, identity: $0) }) { result in
+            if case .success(.array(let counts)) = result {
+                for (index, identity) in identities.enumerated() where counts.count > index * 2 + 1 && (counts[index * 2 + 1].integer ?? 0) > 0 {
+                    presence.connected.insert(identity)
+                }
+            } else { failed = true }
+            done()
+        }
+        // The idempotency key first: a retry of a call made already counts as no new invite.
+        let idempotency = idempotencyKey.map { "sb:idem:" + appID + ":" + caller + ":" + $0 } ?? "sb:idem:-"
+        let inviteKeys = [idempotency, "sb:inv:" + appID + ":" + caller] + identities.map { "sb:inv:" + appID + ":" + caller + ":" + $0 }
+        commands.send(
+            ["EVAL", Self.inviteScript, String(inviteKeys.count)] + inviteKeys
+                + [String(nowMillis), String(limits.invitesPerMinute), String(limits.invitesPerPairPerMinute), callID, idempotencyKey == nil ? "0" : "1"]
+        ) { result in
+            switch result {
+            case .success(.array(let reply)) where reply.count == 2:
+                presence.admitted = reply[0].integer == 1
+                if reply[0].integer == 2 { presence.earlierCall = reply[1].text }
+            default: failed = true
+            }
+            done()
+        }
+        busy(identities, appID: appID, nowMillis: nowMillis) { inCall in
+            if let inCall { presence.inCall = inCall } else { failed = true }
+            done()
+        }
+    }
+
+    /// Counts a connect of `identity` across the nodes over the last minute; `then` hears
+    /// whether it is within `limit` (true too when Redis does not answer: each node's own limit
+    /// still holds).
+    func admitConnect(appID: String, identity: String, limit: Int, nowMillis: Int64, then: @escaping (Bool) -> Void) {
+        guard let commands, commands.isConnected else { return then(true) }
+        nextForward += 1
+        commands.send(
+            ["EVAL", Self.inviteScript, "2", "sb:idem:-", "sb:conn:" + appID + ":" + identity, String(nowMillis), String(limit), "0",
+             instance + "/c" + String(nextForward), "0"]
+        ) { result in
+            if case .success(.array(let reply)) = result, reply.first?.integer == 0 { return then(false) }
+            then(true)
+        }
+    }
+
+    /// A call refused after it took an idempotency key: the key is free again (if still its).
+    func forgetIdempotencyKey(appID: String, caller: String, key: String, callID: String) {
+        commands?.send(
+            ["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1",
+             "sb:idem:" + appID + ":" + caller + ":" + key, callID]) { _ in }
+    }
+
+    /// An idempotency key and the invite limits over the last minute, in one step. KEYS[1]: the
+    /// key's (ARGV[5] = 1 when there is one), then the caller's and each pair's sorted set of
+    /// invites. Answers {2, call} when the key names a call already (no invite counted), {0}
+    /// when a limit refuses it (nothing counted, as on one node), {1} when the call may go:
+    /// its invite counted and the key taken for it (a day).
+    static let inviteScript = """
+        if ARGV[5] == '1' then
+            local earlier = redis.call('get', KEYS[1])
+            if earlier then return {2, earlier} end
+        end
+        local now = tonumber(ARGV[1])
+        for i = 2, #KEYS do redis.call('zremrangebyscore', KEYS[i], '-inf', now - 60000) end
+        if redis.call('zcard', KEYS[2]) >= tonumber(ARGV[2]) then return {0, ''} end
+        for i = 3, #KEYS do if redis.call('zcard', KEYS[i]) >= tonumber(ARGV[3]) then return {0, ''} end end
+        for i = 2, #KEYS do redis.call('zadd', KEYS[i], now, ARGV[4]) redis.call('pexpire', KEYS[i], 60000) end
+        if ARGV[5] == '1' then redis.call('set', KEYS[1], ARGV[4], 'PX', 86400000) end
+        return {1, ''}
+        """
+
     /// Which of `identities` have a session on some node, and which are in an answered call:
-    /// `nil` when Redis did not answer (the caller then knows only this node).
+    /// `nil` when Redis did not answer.
     func presence(of identities: [String], appID: String, nowMillis: Int64, then: @escaping (Presence?) -> Void) {
         guard let commands, commands.isConnected, !identities.isEmpty else { return then(nil) }
         commands.send(["PUBSUB", "NUMSUB"] + identities.map { Self.userChannel(appID: appID, identity: $0) }) { [weak self] result in
@@ -222,10 +309,14 @@ final class Cluster: @unchecked Sendable {
         }
     }
 
-    /// Who is where, cluster-wide.
+    /// Who is where, cluster-wide (and, for a call setup, its limits and idempotency key).
     struct Presence {
         var connected: Set<String>
         var inCall: Set<String>
+        /// The invite limits across the nodes admit the call.
+        var admitted = true
+        /// The call an earlier request with the same idempotency key made (on any node).
+        var earlierCall: String?
     }
 
     // MARK: Calls

@@ -209,7 +209,22 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
         switch Endpoint(rawValue: tag) {
         case .signaling:
             guard let (token, resume, deviceID) = authenticated.removeValue(forKey: connection) else { return }
-            hub.connected(connection, claims: token.claims, app: token.app, resume: resume, deviceID: deviceID, secretTag: token.secretTag)
+            guard let cluster = hub.cluster else {
+                return hub.connected(connection, claims: token.claims, app: token.app, resume: resume, deviceID: deviceID, secretTag: token.secretTag)
+            }
+            // In a cluster the connects of an identity are counted across the nodes too: past
+            // the limit there, the connection is closed (1008) before it gets a session.
+            hub.pendingResumes.insert(connection)
+            let limit = configuration.limits.connectsPerIdentityPerMinute
+            cluster.admitConnect(appID: token.app.id, identity: token.claims.sub, limit: limit, nowMillis: hub.wallMillis) { [weak self] admitted in
+                guard let self, hub.pendingResumes.remove(connection) != nil else { return }
+                guard admitted else {
+                    metrics.increment("switchboard_connections_refused_total", ["reason": ErrorCode.rateLimited.rawValue])
+                    server?.close(connection, code: 1008, reason: "too many connects for this identity (connects_per_identity_per_minute)")
+                    return
+                }
+                hub.connected(connection, claims: token.claims, app: token.app, resume: resume, deviceID: deviceID, secretTag: token.secretTag)
+            }
         case .echo:
             echoConnections.insert(connection)
         case nil:
