@@ -675,6 +675,23 @@ struct ClusterTests {
         _ = try await cluster.connect("carol", device: "c1", node: 1)
     }
 
+    /// A device that connects to another node while a call rings for its user gets the invite
+    /// from the node running the call, and can answer it.
+    @Test func aSessionOpenedElsewhereWhileACallRingsGetsItsInvite() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        _ = try await cluster.registerPhone("bob", device: "b-phone", seed: 7301, node: 1)
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let callID = try await call(alice, to: ["bob"], timeout: 60)
+        let bob = try await cluster.connect("bob", device: "b-web", node: 2)
+        #expect(try await event(bob, "call.incoming", call: callID).data?["call_id"]?.stringValue == callID)
+        #expect(try await act(bob, MessageType.callAnswer, callID).data?["state"] == "accepted")
+        _ = try await event(alice, "call.accepted", call: callID)
+        let trace = entries(try await cluster.get("/v1/calls/\(callID)/trace", as: "alice", node: 2)["trace"])
+        #expect(trace.contains { $0["event"] == "delivered_on_connect" && $0["device"] == "b-web" }, "\(trace)")
+    }
+
     /// One live node per node id; a cluster needs the shared store.
     @Test func aSecondNodeWithTheSameIdOrWithoutTheStoreIsRefused() async throws {
         let cluster = try TestCluster()

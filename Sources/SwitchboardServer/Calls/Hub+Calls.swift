@@ -454,7 +454,12 @@ extension Hub {
     /// call over would not know.
     func perform(_ call: ActiveCall, _ effects: [CallState.Effect], setup: CallSetupClock? = nil) {
         indexAnswered(call)
-        guard cluster != nil else { return carryOut(call, effects, setup: setup) }
+        guard let cluster else { return carryOut(call, effects, setup: setup) }
+        if effects.contains(.save) {
+            cluster.markRinging(
+                appID: call.state.appID, callees: call.state.callees, ringing: Set(call.state.ringingCallees), callID: call.state.id,
+                untilMillis: leaseUntilMillis)
+        }
         let saves = effects.contains(.save)
         let entry = call.enqueue(ready: !saves) { [weak self, weak call] in
             guard let self, let call else { return }

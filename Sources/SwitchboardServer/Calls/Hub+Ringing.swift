@@ -147,14 +147,33 @@ extension Hub {
 
     /// A device that comes online gets the calls ringing for its user (only that user's live
     /// calls are looked at, never every call).
+    /// In a cluster, the calls ringing for the user on other nodes are asked for too: their
+    /// nodes send the invite here.
     func offerRingingCalls(to session: Session) {
         let live = (liveCallsByUser[Self.userKey(session.app.id, session.identity)] ?? []).sorted().compactMap { calls[$0] }
         for call in live where call.state.ringingCallees.contains(session.identity) {
-            call.state.rang(session.identity, devices: [session.deviceKey])
-            delivery.deliver(OutgoingEvent(incoming(call)), toPeer: session.peerID)
-            store.trace(
-                callID: call.state.id, user: session.identity, device: session.deviceKey, channel: "websocket",
-                event: "delivered_on_connect", atMillis: wallMillis)
+            offer(call, toPeer: session.peerID, identity: session.identity, device: session.deviceKey, node: nil)
         }
+        guard let cluster else { return }
+        let (peer, identity, device) = (session.peerID, session.identity, session.deviceKey)
+        cluster.ringingCalls(appID: session.app.id, identity: identity, nowMillis: wallMillis) { [weak self] ids in
+            guard let self else { return }
+            for id in ids where calls[id] == nil { cluster.offerCall(id, peer: peer, identity: identity, device: device) }
+        }
+    }
+
+    /// Rings a session that connected while `call` rings for its user: here, or (`node`) on the
+    /// node it connected to.
+    func offer(_ call: ActiveCall, toPeer peer: String, identity: String, device: String, node: String?) {
+        guard call.state.ringingCallees.contains(identity) else { return }
+        call.state.rang(identity, devices: [device])
+        let event = OutgoingEvent(incoming(call))
+        if let node, let cluster {
+            guard case .value(let data) = event.data else { return }
+            cluster.tell("peer", ["peer": .string(peer), "type": .string(event.type), "data": data], toNode: node)
+        } else {
+            delivery.deliver(event, toPeer: peer)
+        }
+        store.trace(callID: call.state.id, user: identity, device: device, channel: "websocket", event: "delivered_on_connect", atMillis: wallMillis)
     }
 }

@@ -344,6 +344,36 @@ final class Cluster: @unchecked Sendable {
         commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.callKey(callID), nodeID]) { _ in }
     }
 
+    /// Which of `callees` call `callID` rings now (until `untilMillis`): a device of theirs that
+    /// connects to any node gets its invite (`ringingCalls`).
+    func markRinging(appID: String, callees: [String], ringing: Set<String>, callID: String, untilMillis: Int64) {
+        for callee in callees {
+            let key = "sb:ringing:" + appID + ":" + callee
+            if ringing.contains(callee) {
+                commands?.send(["ZADD", key, String(untilMillis), callID]) { _ in }
+                commands?.send(["PEXPIREAT", key, String(untilMillis)]) { _ in }
+            } else {
+                commands?.send(["ZREM", key, callID]) { _ in }
+            }
+        }
+    }
+
+    /// The calls ringing for `identity` now, on any node.
+    func ringingCalls(appID: String, identity: String, nowMillis: Int64, then: @escaping ([String]) -> Void) {
+        guard let commands, commands.isConnected else { return then([]) }
+        commands.send(["ZRANGEBYSCORE", "sb:ringing:" + appID + ":" + identity, String(nowMillis), "+inf"]) { result in
+            then((try? result.get())?.array?.compactMap(\.text) ?? [])
+        }
+    }
+
+    /// Asks the node running call `callID` to ring a session that just connected here.
+    func offerCall(_ callID: String, peer: String, identity: String, device: String) {
+        commands?.send(["GET", Self.callKey(callID)]) { [weak self] result in
+            guard let self, case .success(let value) = result, let owner = value.text, owner != nodeID else { return }
+            tell("offer", ["call": .string(callID), "peer": .string(peer), "identity": .string(identity), "device": .string(device), "node": .string(nodeID)], toNode: owner)
+        }
+    }
+
     /// `identity` is in answered call `callID` until `untilMillis`, or no longer (nil).
     func markBusy(appID: String, identity: String, callID: String, untilMillis: Int64?) {
         let key = Self.busyKey(appID: appID, identity: identity)

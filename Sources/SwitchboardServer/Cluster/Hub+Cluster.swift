@@ -24,6 +24,11 @@ extension Hub {
         case "data": forwardedData(message)
         case "leave": forwardedLeave(message)
         case "move": memberMoved(message)
+        case "offer":
+            guard let id = message["call"]?.stringValue, let call = calls[id], let peer = message["peer"]?.stringValue,
+                let identity = message["identity"]?.stringValue, let device = message["device"]?.stringValue
+            else { return }
+            offer(call, toPeer: peer, identity: identity, device: device, node: node)
         case "sweep": if node != cluster?.nodeID { takeOverAbandonedCalls() }
         default: return
         }
@@ -149,6 +154,10 @@ extension Hub {
             cluster.hold(callID: call.state.id, untilMillis: until, nowMillis: nowMillis) { [weak self, weak call] in
                 if let self, let call { disown(call) }
             }
+        }
+        for call in calls.values where call.state.isRinging || !call.state.ringingCallees.isEmpty {
+            cluster.markRinging(
+                appID: call.state.appID, callees: call.state.callees, ringing: Set(call.state.ringingCallees), callID: call.state.id, untilMillis: until)
         }
         for (key, ids) in answeredCallsByUser {
             for id in ids {
