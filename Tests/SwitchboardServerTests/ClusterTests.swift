@@ -692,6 +692,39 @@ struct ClusterTests {
         #expect(trace.contains { $0["event"] == "delivered_on_connect" && $0["device"] == "b-web" }, "\(trace)")
     }
 
+    /// The rooms' REST API answers for every node's rooms, through any node: a room made
+    /// through node 1 is joined through node 2, shown, sent data, its member removed, listed and
+    /// deleted through node 2.
+    @Test func roomsByRESTThroughAnyNode() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let credentials = "Basic " + Data("\(cluster.app.apiKey):\(cluster.app.apiSecret)".utf8).base64EncodedString()
+        func rest(_ method: String, _ path: String, node: Int, body: JSONValue? = nil) async throws -> HTTPClientResponse {
+            try await HTTPClient.request(
+                method, "http://127.0.0.1:\(cluster.port(node))" + path, headers: [("Authorization", credentials), ("Content-Type", "application/json")],
+                body: body.map { JSONText.serialize($0) })
+        }
+        let created = try await rest("POST", "/v1/rooms", node: 1, body: [:])
+        #expect(created.status == 201, "\(created.text)")
+        let name = try #require(try JSONDecoder().decode(JSONValue.self, from: Data(created.body))["name"]?.stringValue)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let joined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: name))
+        let peer = try #require(joined.data?["peer_id"]?.stringValue, "\(joined)")
+        #expect(try cluster.redis.command(["GET", "sb:room:\(cluster.app.id):\(name)"])?.text == "node-1")
+
+        let shown = try JSONDecoder().decode(JSONValue.self, from: Data(try await rest("GET", "/v1/rooms/\(name)", node: 2).body))
+        #expect(entries(shown["peers"]).compactMap { $0["peer_id"]?.stringValue } == [peer], "\(shown)")
+        #expect(try await rest("POST", "/v1/rooms/\(name)/data", node: 2, body: ["data": ["text": "from the server"]]).status == 204)
+        #expect(try await event(bob, "room.data").data?["data"] == ["text": "from the server"])
+        let listed = try JSONDecoder().decode(JSONValue.self, from: Data(try await rest("GET", "/v1/rooms", node: 2).body))
+        #expect(entries(listed["rooms"]).compactMap { $0["name"]?.stringValue } == [name], "\(listed)")
+        #expect(try await rest("DELETE", "/v1/rooms/\(name)/peers/\(peer)", node: 2).status == 204)
+        #expect(try await event(bob, "room.closed").data?["reason"] == "kicked")
+        #expect(try await rest("DELETE", "/v1/rooms/\(name)", node: 2).status == 204)
+        #expect(try await rest("GET", "/v1/rooms/\(name)", node: 1).status == 404)
+    }
+
     /// One live node per node id; a cluster needs the shared store.
     @Test func aSecondNodeWithTheSameIdOrWithoutTheStoreIsRefused() async throws {
         let cluster = try TestCluster()

@@ -178,9 +178,9 @@ final class HubHarness {
         h.send(alice, MessageType.roomJoin, ["room": "standup"])
         h.send(alice, MessageType.roomLeave, ["room": "standup"])
         h.scheduler.advance(by: .seconds(5) - .milliseconds(1))
-        #expect((try? h.hub.room(app: h.app, name: "standup")) != nil, "open until its timeout")
+        #expect((try? h.hub.room(appID: h.app.id, name: "standup")) != nil, "open until its timeout")
         h.scheduler.advance(by: .milliseconds(1))
-        #expect((try? h.hub.room(app: h.app, name: "standup")) == nil, "closed at its timeout")
+        #expect((try? h.hub.room(appID: h.app.id, name: "standup")) == nil, "closed at its timeout")
     }
 
     /// Ringing an iPhone that has no connection: the hub hands APNs one VoIP push for it; the

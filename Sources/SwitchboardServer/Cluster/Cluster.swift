@@ -116,7 +116,26 @@ final class Cluster: @unchecked Sendable {
         renewNode()
     }
 
+    /// The other live nodes (those in `sb:nodes` whose key is there; the dead are dropped).
+    func otherNodes(then: @escaping ([String]) -> Void) {
+        guard let commands, commands.isConnected else { return then([]) }
+        commands.send(["SMEMBERS", Self.nodesKey]) { [weak self] result in
+            guard let self else { return }
+            let members = Set(((try? result.get())?.array ?? []).compactMap(\.text))
+            alive(members) { [weak self] living in
+                guard let self, let living else { return then([]) }
+                let dead = members.subtracting(living)
+                if !dead.isEmpty { commands.send(["SREM", Self.nodesKey] + dead.sorted()) { _ in } }
+                then(living.subtracting([nodeID]).sorted())
+            }
+        }
+    }
+
+    /// Every node that ever joined, until found dead (`otherNodes`).
+    static let nodesKey = "sb:nodes"
+
     private func renewNode() {
+        commands?.send(["SADD", Self.nodesKey, nodeID]) { _ in }
         let timeout = nodeTimeout
         commands?.send(["EVAL", Self.holdScript, "1", Self.nodeKey(nodeID), instance, String(timeout.milliseconds)]) { [weak self] result in
             guard let self else { return }
@@ -453,8 +472,13 @@ final class Cluster: @unchecked Sendable {
     /// Which node runs room `key`, making it this node's when none does (an ordinary room; a
     /// call's room runs where its call does: nil when no node runs the call). Nil when Redis
     /// did not answer.
-    func locateRoom(appID: String, name: String, callID: String?, then: @escaping (String?) -> Void) {
+    /// `claim` false: only where it runs (nil: nowhere).
+    func locateRoom(appID: String, name: String, callID: String?, claim makeIt: Bool = true, then: @escaping (String?) -> Void) {
         guard let commands, commands.isConnected else { return then(nil) }
+        if !makeIt {
+            commands.send(["GET", callID.map(Self.callKey) ?? Self.roomKey(appID: appID, name: name)]) { result in then((try? result.get())?.text) }
+            return
+        }
         if let callID {
             commands.send(["GET", Self.callKey(callID)]) { result in then((try? result.get())?.text) }
             return

@@ -12,6 +12,8 @@ extension Hub {
         case "join": forwardedJoin(message, answer: answer)
         case "meta": forwardedMetadata(message, answer: answer)
         case "take": handOverSession(message, answer: answer)
+        case "radmin": forwardedRoomAdministration(message, answer: answer)
+        case "rlist": answer(.success(jsonValue(listRooms(appID: message["app"]?.stringValue ?? ""))))
         default: answer(.failure(ErrorBody(.badRequest, "unknown request '\(op.prefix(32))' from another node")))
         }
     }

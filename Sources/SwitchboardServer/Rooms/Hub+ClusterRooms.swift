@@ -169,4 +169,89 @@ extension Hub {
             }
         }
     }
+
+    // MARK: Rooms by REST
+
+    /// A REST request about one room.
+    enum RoomAdministration {
+        case show
+        case delete
+        case data(RoomDataRequest)
+        case kick(peerID: String)
+    }
+
+    /// Carries out `operation` on room `name` where it runs: here, or in a cluster on the node
+    /// that runs it; answers the room (`show`) or null.
+    func administerRoom(
+        _ operation: RoomAdministration, appID: String, name: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) {
+        let key = RoomKey(appID: appID, name: name)
+        guard let cluster, rooms.room(key) == nil else { return answer(administerHere(operation, key)) }
+        let callID = Self.isCallRoomName(name) ? String(name.dropFirst(5)) : nil
+        cluster.locateRoom(appID: appID, name: name, callID: callID, claim: false) { [weak self] home in
+            guard let self else { return }
+            guard let home, home != cluster.nodeID else { return answer(administerHere(operation, key)) }
+            var body: [String: JSONValue] = ["app": .string(appID), "room": .string(name)]
+            switch operation {
+            case .show: body["what"] = "show"
+            case .delete: body["what"] = "delete"
+            case .data(let request): (body["what"], body["request"]) = ("data", jsonValue(request))
+            case .kick(let peerID): (body["what"], body["peer"]) = ("kick", .string(peerID))
+            }
+            cluster.request("radmin", body, toNode: home, answer: answer)
+        }
+    }
+
+    private func administerHere(_ operation: RoomAdministration, _ key: RoomKey) -> Result<JSONValue, ErrorBody> {
+        do throws(ErrorBody) {
+            switch operation {
+            case .show: return .success(jsonValue(try room(appID: key.appID, name: key.name)))
+            case .delete: try deleteRoom(appID: key.appID, name: key.name)
+            case .data(let request): try sendData(appID: key.appID, room: key.name, request: request)
+            case .kick(let peerID): try kick(appID: key.appID, room: key.name, peerID: peerID)
+            }
+            return .success(.null)
+        } catch { return .failure(error) }
+    }
+
+    /// A REST request about a room of this node, from the node that took it.
+    func forwardedRoomAdministration(_ message: [String: JSONValue], answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+        guard let appID = message["app"]?.stringValue, let name = message["room"]?.stringValue else {
+            return answer(.failure(ErrorBody(.badRequest, "a malformed request from another node")))
+        }
+        let operation: RoomAdministration
+        switch message["what"]?.stringValue {
+        case "show": operation = .show
+        case "delete": operation = .delete
+        case "kick": operation = .kick(peerID: message["peer"]?.stringValue ?? "")
+        case "data":
+            guard let value = message["request"], let request = try? JSONValueDecoder().decode(RoomDataRequest.self, from: value) else {
+                return answer(.failure(ErrorBody(.badRequest, "a malformed request from another node")))
+            }
+            operation = .data(request)
+        default: return answer(.failure(ErrorBody(.badRequest, "a malformed request from another node")))
+        }
+        answer(administerHere(operation, RoomKey(appID: appID, name: name)))
+    }
+
+    /// `GET /v1/rooms` in a cluster: this node's rooms and every other live node's.
+    func listAllRooms(appID: String, answer: @escaping ([RoomInfo]) -> Void) {
+        let here = listRooms(appID: appID)
+        guard let cluster else { return answer(here) }
+        cluster.otherNodes { [weak self] nodes in
+            guard let self else { return }
+            var found = here
+            var left = nodes.count
+            guard left > 0 else { return answer(found) }
+            for node in nodes {
+                cluster.request("rlist", ["app": .string(appID)], toNode: node) { result in
+                    if case .success(.array(let items)) = result {
+                        found += items.compactMap { try? JSONValueDecoder().decode(RoomInfo.self, from: $0) }
+                    }
+                    left -= 1
+                    if left == 0 { answer(found.sorted { $0.name < $1.name }) }
+                }
+            }
+        }
+    }
 }

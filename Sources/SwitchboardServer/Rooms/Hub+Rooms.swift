@@ -192,21 +192,23 @@ extension Hub {
             apply(effects)
         } catch { throw error.body }
         logger.info("room created", ["app": app.id, "room": name])
+        // In a cluster the room runs here: joins through other nodes come to it.
+        cluster?.holdRoom(appID: app.id, name: name)
         return info(rooms.room(key)!)
     }
 
-    func listRooms(app: App) -> [RoomInfo] {
-        rooms.rooms(ofApp: app.id).map(info)
+    func listRooms(appID: String) -> [RoomInfo] {
+        rooms.rooms(ofApp: appID).map(info)
     }
 
-    func room(app: App, name: String) throws(ErrorBody) -> RoomInfo {
-        guard let room = rooms.room(RoomKey(appID: app.id, name: name)) else { throw RoomError.notFound(name).body }
+    func room(appID: String, name: String) throws(ErrorBody) -> RoomInfo {
+        guard let room = rooms.room(RoomKey(appID: appID, name: name)) else { throw RoomError.notFound(name).body }
         return info(room)
     }
 
-    func deleteRoom(app: App, name: String) throws(ErrorBody) {
-        do { try closeRoom(RoomKey(appID: app.id, name: name), reason: .deleted) } catch { throw error.body }
-        logger.info("room deleted", ["app": app.id, "room": name])
+    func deleteRoom(appID: String, name: String) throws(ErrorBody) {
+        do { try closeRoom(RoomKey(appID: appID, name: name), reason: .deleted) } catch { throw error.body }
+        logger.info("room deleted", ["app": appID, "room": name])
     }
 
     /// Closes a room: every member gets `room.closed` with `reason` and is no longer in it.
@@ -219,8 +221,8 @@ extension Hub {
         if cluster != nil { roomClosedHere(key, members: result.members) }
     }
 
-    func kick(app: App, room name: String, peerID: String) throws(ErrorBody) {
-        let key = RoomKey(appID: app.id, name: name)
+    func kick(appID: String, room name: String, peerID: String) throws(ErrorBody) {
+        let key = RoomKey(appID: appID, name: name)
         guard rooms.room(key) != nil else { throw RoomError.notFound(name).body }
         let effects: [RoomDirectory.Effect]
         do { effects = try rooms.leave(key, peerID: peerID, reason: .kicked) } catch {
@@ -230,10 +232,10 @@ extension Hub {
         apply(effects)
     }
 
-    func sendData(app: App, room name: String, request: RoomDataRequest) throws(ErrorBody) {
+    func sendData(appID: String, room name: String, request: RoomDataRequest) throws(ErrorBody) {
         try FieldLimits.check(request.to, field: "to", limit: FieldLimits.peerID)
         try checkSize(request.data, what: "data")
-        do { apply(try rooms.data(RoomKey(appID: app.id, name: name), from: nil, to: request.to, data: request.data)) } catch {
+        do { apply(try rooms.data(RoomKey(appID: appID, name: name), from: nil, to: request.to, data: request.data)) } catch {
             throw error.body
         }
     }

@@ -6,37 +6,52 @@ extension Gateway {
     // MARK: Rooms
 
     /// `GET /v1/rooms`: the app's rooms (a user token sees none of the calls' rooms).
+    /// `GET /v1/rooms`: the app's rooms (a user token sees none of the calls' rooms); in a
+    /// cluster, those of every node.
     func listRooms(_ requester: Requester) -> RESTAnswer {
         guard requester.isAdmin else { return .now(failure(Self.adminNeeded)) }
-        var rooms = hub.listRooms(app: requester.app)
-        if case .user = requester { rooms.removeAll { Hub.isCallRoomName($0.name) } }
-        return .now(encoded(200, ["rooms": rooms]))
+        let hidesCalls = { if case .user = requester { true } else { false } }()
+        let appID = requester.app.id
+        return .later { [self] reply in
+            hub.listAllRooms(appID: appID) { [self] rooms in
+                reply(encoded(200, ["rooms": hidesCalls ? rooms.filter { !Hub.isCallRoomName($0.name) } : rooms]))
+            }
+        }
     }
 
     /// `GET /v1/rooms/{name}`.
     func showRoom(_ rest: RESTRequest, _ requester: Requester) throws(ErrorBody) -> RESTAnswer {
-        let name = try administeredRoom(rest, requester)
-        return .now(encoded(200, try hub.room(app: requester.app, name: name)))
+        administer(.show, try administeredRoom(rest, requester), requester, status: 200)
     }
 
     /// `DELETE /v1/rooms/{name}`: closes the room; its members hear `room.closed`.
     func deleteRoom(_ rest: RESTRequest, _ requester: Requester) throws(ErrorBody) -> RESTAnswer {
-        try hub.deleteRoom(app: requester.app, name: try administeredRoom(rest, requester))
-        return .now(HTTPResponse(status: 204))
+        administer(.delete, try administeredRoom(rest, requester), requester, status: 204)
     }
 
     /// `POST /v1/rooms/{name}/data`: a data message from the server to the room or one peer.
     func sendRoomData(_ rest: RESTRequest, _ requester: Requester) throws(ErrorBody) -> RESTAnswer {
         let name = try administeredRoom(rest, requester)
-        try hub.sendData(app: requester.app, room: name, request: try decodeBody(rest))
-        return .now(HTTPResponse(status: 204))
+        return administer(.data(try decodeBody(rest)), name, requester, status: 204)
     }
 
     /// `DELETE /v1/rooms/{name}/peers/{peer_id}`: removes a peer; the others hear it was kicked.
     func removePeer(_ rest: RESTRequest, _ requester: Requester) throws(ErrorBody) -> RESTAnswer {
         try FieldLimits.check(rest["peer_id"], field: "peer_id", limit: FieldLimits.peerID)
-        try hub.kick(app: requester.app, room: try administeredRoom(rest, requester), peerID: rest["peer_id"])
-        return .now(HTTPResponse(status: 204))
+        return administer(.kick(peerID: rest["peer_id"]), try administeredRoom(rest, requester), requester, status: 204)
+    }
+
+    /// One room's administration, wherever the room runs (`Hub.administerRoom`).
+    private func administer(_ operation: Hub.RoomAdministration, _ name: String, _ requester: Requester, status: Int) -> RESTAnswer {
+        let appID = requester.app.id
+        return .later { [self] reply in
+            hub.administerRoom(operation, appID: appID, name: name) { [self] result in
+                switch result {
+                case .success(let value): reply(status == 204 ? HTTPResponse(status: 204) : encoded(status, value))
+                case .failure(let error): reply(failure(error))
+                }
+            }
+        }
     }
 
     /// The room a room-admin request names, once the requester may act on it: app credentials
