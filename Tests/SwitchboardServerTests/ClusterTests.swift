@@ -725,6 +725,32 @@ struct ClusterTests {
         #expect(try await rest("GET", "/v1/rooms/\(name)", node: 1).status == 404)
     }
 
+    /// Presence stays right when a node dies: a callee whose only session was on a node
+    /// killed with SIGKILL (Redis drops the node's subscriptions with its connection) is no
+    /// longer seen as connected, and a call to it ends `failed` (unreachable) at once instead
+    /// of ringing nobody.
+    @Test func presenceForgetsTheSessionsOfANodeThatDied() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        _ = try await cluster.connect("bob", device: "b", node: 2)
+        let rung = try await call(alice, to: ["bob"])
+        #expect(try await act(alice, MessageType.callCancel, rung).type == MessageType.ok, "bob's session on node 2 is seen from node 1")
+        cluster.node(2)?.kill9()
+        let started = ContinuousClock.now
+        let ended = try await within(.seconds(10), "a call to bob to be refused as unreachable") {
+            while true {
+                let id = try await call(alice, to: ["bob"])
+                let end = try await event(alice, "call.ended", call: id, timeout: .seconds(2))
+                if end.data?["reason"] == "unreachable" { return end }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        #expect(ended.data?["outcome"] == "failed")
+        #expect(ContinuousClock.now - started < .seconds(2), "the dead node's sessions are gone with its connection to Redis")
+    }
+
     /// One live node per node id; a cluster needs the shared store.
     @Test func aSecondNodeWithTheSameIdOrWithoutTheStoreIsRefused() async throws {
         let cluster = try TestCluster()
