@@ -21,7 +21,7 @@ final class ServerProcess: Sendable {
 
     init(dataDirectory: String, sandbox: APNsSandbox) throws {
         self.dataDirectory = dataDirectory
-        port = try Self.freePort()
+        port = try freeLoopbackPort()
         arguments = [
             "serve", "--port", String(port), "--data-dir", dataDirectory, "--web-root", repositoryRoot + "/web",
             "--apns-url", sandbox.url, "--apns-ca-file", sandbox.certificatePath, "--log-level", "warning",
@@ -70,23 +70,6 @@ final class ServerProcess: Sendable {
         while process.isRunning && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.02) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
-    }
-
-    private static func freePort() throws -> Int {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0
-            }
-        }
-        guard bound else { throw Timeout(what: "a free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
 

@@ -17,7 +17,7 @@ final class PostgresInstance: Sendable {
     init() throws {
         directory = try makeTemporaryDirectory()
         if getuid() == 0 { try FileManager.default.setAttributes([.ownerAccountName: "postgres"], ofItemAtPath: directory) }
-        port = try Self.freePort()
+        port = try freeLoopbackPort()
         try run(Self.bin + "/initdb", ["-D", directory + "/data", "-A", "trust", "-U", "sb", "--no-sync"])
         try start()
     }
@@ -88,20 +88,6 @@ final class PostgresInstance: Sendable {
             let log = (try? String(contentsOfFile: directory + "/server.log", encoding: .utf8)) ?? ""
             throw Timeout(what: "\((tool as NSString).lastPathComponent) to succeed (exit \(process.terminationStatus)): \(log.suffix(600))")
         }
-    }
-
-    private static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw Timeout(what: "a free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
 
