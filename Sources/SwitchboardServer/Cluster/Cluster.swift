@@ -27,17 +27,18 @@ final class Cluster: @unchecked Sendable {
     private let nodeTimeout: Duration
     private let forwardTimeout: Duration
     /// How long a room's key lasts unless its node renews it (with its calls').
-    private let roomLease: Duration
-    private var commands: RedisConnection?
+    let roomLease: Duration
+    /// Commands and publishes (`Cluster+Calls`, `Cluster+Rooms` send theirs here too).
+    private(set) var commands: RedisConnection?
     private var subscriber: RedisConnection?
     /// The user channels this node listens on (it has a session of the user).
     private var userChannels: Set<String> = []
     /// Actions passed on to other nodes, waiting for their answer, by request number.
     private var forwards: [UInt64: Forward] = [:]
-    private var nextForward: UInt64 = 0
+    var nextForward: UInt64 = 0
     private var eventCount: UInt64 = 0
     private var heartbeat: TimerID?
-    private weak var loop: EventLoop?
+    private(set) weak var loop: EventLoop?
     /// What arrives from other nodes goes to the hub.
     weak var hub: Hub?
 
@@ -209,212 +210,6 @@ final class Cluster: @unchecked Sendable {
         commands?.send([Array("PUBLISH".utf8), Array(Self.nodeChannel(node).utf8), JSONText.serialize(.object(message))]) { _ in }
     }
 
-    /// What a call setup needs from the cluster: which callees have a session on some node and
-    /// which are in an answered call; whether the caller may ring them now (the invite limits,
-    /// counted across the nodes, over the last minute as on one node); and, for an idempotency
-    /// key, the call it already names (nil: this call, `callID`, takes it). `nil`: Redis did not
-    /// answer (the caller then knows only this node).
-    func callSetup(
-        callees identities: [String], appID: String, caller: String, idempotencyKey: String?, callID: String, limits: ServerConfiguration.Limits,
-        nowMillis: Int64, then: @escaping (Presence?) -> Void
-    ) {
-        guard let commands, commands.isConnected, !identities.isEmpty else { return then(nil) }
-        var presence = Presence(connected: [], inCall: [])
-        var left = 3
-        var failed = false
-        func done() {
-            left -= 1
-            if left == 0 { then(failed ? nil : presence) }
-        }
-        commands.send(["PUBSUB", "NUMSUB"] + identities.map { Self.userChannel(appID: appID, identity: $0) }) { result in
-            if case .success(.array(let counts)) = result {
-                for (index, identity) in identities.enumerated() where counts.count > index * 2 + 1 && (counts[index * 2 + 1].integer ?? 0) > 0 {
-                    presence.connected.insert(identity)
-                }
-            } else { failed = true }
-            done()
-        }
-        // The idempotency key first: a retry of a call made already counts as no new invite.
-        let idempotency = idempotencyKey.map { "sb:idem:" + appID + ":" + caller + ":" + $0 } ?? "sb:idem:-"
-        let inviteKeys = [idempotency, "sb:inv:" + appID + ":" + caller] + identities.map { "sb:inv:" + appID + ":" + caller + ":" + $0 }
-        commands.send(
-            ["EVAL", Self.inviteScript, String(inviteKeys.count)] + inviteKeys
-                + [String(nowMillis), String(limits.invitesPerMinute), String(limits.invitesPerPairPerMinute), callID, idempotencyKey == nil ? "0" : "1"]
-        ) { result in
-            switch result {
-            case .success(.array(let reply)) where reply.count == 2:
-                presence.admitted = reply[0].integer == 1
-                if reply[0].integer == 2 { presence.earlierCall = reply[1].text }
-            default: failed = true
-            }
-            done()
-        }
-        busy(identities, appID: appID, nowMillis: nowMillis) { inCall in
-            if let inCall { presence.inCall = inCall } else { failed = true }
-            done()
-        }
-    }
-
-    /// Counts a connect of `identity` across the nodes over the last minute; `then` hears
-    /// whether it is within `limit` (true too when Redis does not answer: each node's own limit
-    /// still holds).
-    func admitConnect(appID: String, identity: String, limit: Int, nowMillis: Int64, then: @escaping (Bool) -> Void) {
-        guard let commands, commands.isConnected else { return then(true) }
-        nextForward += 1
-        commands.send(
-            ["EVAL", Self.inviteScript, "2", "sb:idem:-", "sb:conn:" + appID + ":" + identity, String(nowMillis), String(limit), "0",
-             instance + "/c" + String(nextForward), "0"]
-        ) { result in
-            if case .success(.array(let reply)) = result, reply.first?.integer == 0 { return then(false) }
-            then(true)
-        }
-    }
-
-    /// A call refused after it took an idempotency key: the key is free again (if still its).
-    func forgetIdempotencyKey(appID: String, caller: String, key: String, callID: String) {
-        commands?.send(
-            ["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1",
-             "sb:idem:" + appID + ":" + caller + ":" + key, callID]) { _ in }
-    }
-
-    /// An idempotency key and the invite limits over the last minute, in one step. KEYS[1]: the
-    /// key's (ARGV[5] = 1 when there is one), then the caller's and each pair's sorted set of
-    /// invites. Answers {2, call} when the key names a call already (no invite counted), {0}
-    /// when a limit refuses it (nothing counted, as on one node), {1} when the call may go:
-    /// its invite counted and the key taken for it (a day).
-    static let inviteScript = """
-        if ARGV[5] == '1' then
-            local earlier = redis.call('get', KEYS[1])
-            if earlier then return {2, earlier} end
-        end
-        local now = tonumber(ARGV[1])
-        for i = 2, #KEYS do redis.call('zremrangebyscore', KEYS[i], '-inf', now - 60000) end
-        if redis.call('zcard', KEYS[2]) >= tonumber(ARGV[2]) then return {0, ''} end
-        for i = 3, #KEYS do if redis.call('zcard', KEYS[i]) >= tonumber(ARGV[3]) then return {0, ''} end end
-        for i = 2, #KEYS do redis.call('zadd', KEYS[i], now, ARGV[4]) redis.call('pexpire', KEYS[i], 60000) end
-        if ARGV[5] == '1' then redis.call('set', KEYS[1], ARGV[4], 'PX', 86400000) end
-        return {1, ''}
-        """
-
-    /// Which of `identities` have a session on some node, and which are in an answered call:
-    /// `nil` when Redis did not answer.
-    func presence(of identities: [String], appID: String, nowMillis: Int64, then: @escaping (Presence?) -> Void) {
-        guard let commands, commands.isConnected, !identities.isEmpty else { return then(nil) }
-        commands.send(["PUBSUB", "NUMSUB"] + identities.map { Self.userChannel(appID: appID, identity: $0) }) { [weak self] result in
-            guard let self, case .success(.array(let counts)) = result else { return then(nil) }
-            var connected: Set<String> = []
-            for (index, identity) in identities.enumerated() where counts.count > index * 2 + 1 && (counts[index * 2 + 1].integer ?? 0) > 0 {
-                connected.insert(identity)
-            }
-            busy(identities, appID: appID, nowMillis: nowMillis) { inCall in
-                then(inCall.map { Presence(connected: connected, inCall: $0) })
-            }
-        }
-    }
-
-    private func busy(_ identities: [String], appID: String, nowMillis: Int64, then: @escaping (Set<String>?) -> Void) {
-        var inCall: Set<String> = []
-        var left = identities.count
-        var failed = false
-        for identity in identities {
-            commands?.send(["ZCOUNT", Self.busyKey(appID: appID, identity: identity), String(nowMillis), "+inf"]) { result in
-                switch result {
-                case .success(.integer(let count)): if count > 0 { inCall.insert(identity) }
-                default: failed = true
-                }
-                left -= 1
-                if left == 0 { then(failed ? nil : inCall) }
-            }
-        }
-    }
-
-    /// Who is where, cluster-wide (and, for a call setup, its limits and idempotency key).
-    struct Presence {
-        var connected: Set<String>
-        var inCall: Set<String>
-        /// The invite limits across the nodes admit the call.
-        var admitted = true
-        /// The call an earlier request with the same idempotency key made (on any node).
-        var earlierCall: String?
-    }
-
-    // MARK: Calls
-
-    /// Holds the call for this node until `untilMillis` (its creation, and every renewal of
-    /// its lease); `lost` hears when another node holds it now (it was taken over).
-    func hold(callID: String, untilMillis: Int64, nowMillis: Int64, lost: @escaping () -> Void = {}) {
-        commands?.send(["EVAL", Self.holdScript, "1", Self.callKey(callID), nodeID, String(max(1, untilMillis - nowMillis))]) { result in
-            if case .success(.integer(0)) = result { lost() }
-        }
-    }
-
-    /// Takes a call whose owner stopped renewing it, if no other node took it first (a key
-    /// this node's id holds is its own: the process before it under the same id is gone);
-    /// `taken` hears whether this node now holds it.
-    func takeOver(callID: String, leaseMillis: Int64, taken: @escaping (Bool) -> Void) {
-        guard let commands, commands.isConnected else { return taken(false) }
-        commands.send(["EVAL", Self.holdScript, "1", Self.callKey(callID), nodeID, String(leaseMillis)]) { result in
-            if case .success(.integer(1)) = result { taken(true) } else { taken(false) }
-        }
-    }
-
-    /// The call ended: its key goes (when still this node's).
-    func release(callID: String) {
-        commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.callKey(callID), nodeID]) { _ in }
-    }
-
-    /// Which of `callees` call `callID` rings now (until `untilMillis`): a device of theirs that
-    /// connects to any node gets its invite (`ringingCalls`).
-    func markRinging(appID: String, callees: [String], ringing: Set<String>, callID: String, untilMillis: Int64) {
-        for callee in callees {
-            let key = "sb:ringing:" + appID + ":" + callee
-            if ringing.contains(callee) {
-                commands?.send(["ZADD", key, String(untilMillis), callID]) { _ in }
-                commands?.send(["PEXPIREAT", key, String(untilMillis)]) { _ in }
-            } else {
-                commands?.send(["ZREM", key, callID]) { _ in }
-            }
-        }
-    }
-
-    /// The calls ringing for `identity` now, on any node.
-    func ringingCalls(appID: String, identity: String, nowMillis: Int64, then: @escaping ([String]) -> Void) {
-        guard let commands, commands.isConnected else { return then([]) }
-        commands.send(["ZRANGEBYSCORE", "sb:ringing:" + appID + ":" + identity, String(nowMillis), "+inf"]) { result in
-            then((try? result.get())?.array?.compactMap(\.text) ?? [])
-        }
-    }
-
-    /// Asks the node running call `callID` to ring a session that just connected here.
-    func offerCall(_ callID: String, peer: String, identity: String, device: String) {
-        commands?.send(["GET", Self.callKey(callID)]) { [weak self] result in
-            guard let self, case .success(let value) = result, let owner = value.text, owner != nodeID else { return }
-            tell("offer", ["call": .string(callID), "peer": .string(peer), "identity": .string(identity), "device": .string(device), "node": .string(nodeID)], toNode: owner)
-        }
-    }
-
-    /// `identity` is in answered call `callID` until `untilMillis`, or no longer (nil).
-    func markBusy(appID: String, identity: String, callID: String, untilMillis: Int64?) {
-        let key = Self.busyKey(appID: appID, identity: identity)
-        if let untilMillis {
-            commands?.send(["ZADD", key, String(untilMillis), callID]) { _ in }
-            commands?.send(["PEXPIREAT", key, String(untilMillis)]) { _ in }
-        } else {
-            commands?.send(["ZREM", key, callID]) { _ in }
-        }
-    }
-
-    /// Passes an action on a call this node does not run to the node that does: `notHere` runs
-    /// when no node holds the call (it ended, or its owner died and nobody took it over yet).
-    func forward(_ action: [String: JSONValue], callID: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void, notHere: @escaping () -> Void) {
-        guard let commands, commands.isConnected else { return notHere() }
-        commands.send(["GET", Self.callKey(callID)]) { [weak self] result in
-            guard let self else { return }
-            guard case .success(let value) = result, let owner = value.text, owner != nodeID else { return notHere() }
-            request("act", action, toNode: owner, answer: answer)
-        }
-    }
-
     /// Asks node `node` to carry out `op` (`Hub.clusterRequest`); `answer` hears its answer, or
     /// `ownerGone` after `cluster_forward_timeout_ms`.
     func request(_ op: String, _ body: [String: JSONValue], toNode node: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
@@ -467,43 +262,6 @@ final class Cluster: @unchecked Sendable {
         bytes.append(contentsOf: signal)
         bytes.append(0x7D)
         commands?.send([Array("PUBLISH".utf8), Array(Self.nodeChannel(node).utf8), bytes]) { _ in }
-    }
-
-    /// Which node runs room `key`, making it this node's when none does (an ordinary room; a
-    /// call's room runs where its call does: nil when no node runs the call). Nil when Redis
-    /// did not answer.
-    /// `claim` false: only where it runs (nil: nowhere).
-    func locateRoom(appID: String, name: String, callID: String?, claim makeIt: Bool = true, then: @escaping (String?) -> Void) {
-        guard let commands, commands.isConnected else { return then(nil) }
-        if !makeIt {
-            commands.send(["GET", callID.map(Self.callKey) ?? Self.roomKey(appID: appID, name: name)]) { result in then((try? result.get())?.text) }
-            return
-        }
-        if let callID {
-            commands.send(["GET", Self.callKey(callID)]) { result in then((try? result.get())?.text) }
-            return
-        }
-        let claim = """
-            local v = redis.call('get', KEYS[1])
-            if v == false then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end
-            return v
-            """
-        commands.send(["EVAL", claim, "1", Self.roomKey(appID: appID, name: name), nodeID, String(roomLease.milliseconds)]) { result in
-            then((try? result.get())?.text)
-        }
-    }
-
-    /// Holds room `name` for this node a lease longer (it runs it); `lost` hears when another
-    /// node holds it now.
-    func holdRoom(appID: String, name: String, lost: @escaping () -> Void = {}) {
-        commands?.send(["EVAL", Self.holdScript, "1", Self.roomKey(appID: appID, name: name), nodeID, String(roomLease.milliseconds)]) { result in
-            if case .success(.integer(0)) = result { lost() }
-        }
-    }
-
-    /// The room closed here: its key goes (when still this node's).
-    func releaseRoom(appID: String, name: String) {
-        commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.roomKey(appID: appID, name: name), nodeID]) { _ in }
     }
 
     /// Which of `nodes` are alive (their key is there); nil when Redis did not answer.
@@ -580,36 +338,5 @@ final class Cluster: @unchecked Sendable {
         default:
             return
         }
-    }
-}
-
-/// Delivery across the cluster: the user's sessions on this node at once (through
-/// `LocalDelivery`), and a publish on the user's channel for the nodes holding the others.
-final class ClusterDelivery: EventDelivery {
-    let local: LocalDelivery
-    let cluster: Cluster
-
-    init(local: LocalDelivery, cluster: Cluster) {
-        self.local = local
-        self.cluster = cluster
-    }
-
-    /// A room member here, or on the node its session is on (a member of a room this node
-    /// runs).
-    func deliver(_ event: OutgoingEvent, toPeer peerID: String) {
-        if local.hub.session(peerID: peerID) != nil { return local.deliver(event, toPeer: peerID) }
-        guard let node = local.hub.remoteMembers[peerID] else { return }
-        let data: JSONValue
-        switch event.data {
-        case .value(let value): data = value
-        case .encoded(let bytes): data = JSONText.parse(bytes) ?? .null
-        }
-        cluster.tell("peer", ["peer": .string(peerID), "type": .string(event.type), "data": data], toNode: node)
-    }
-
-    func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?) {
-        let eventID = cluster.nextEventID()
-        local.deliver(event, toUser: identity, appID: appID, except: except, invitation: invitation, eventID: eventID)
-        cluster.publish(event, toUser: identity, appID: appID, except: except, invitation: invitation, eventID: eventID)
     }
 }
