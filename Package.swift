@@ -133,7 +133,7 @@ let package = Package(
             name: "SwitchboardServerTests",
             dependencies: [
                 "SwitchboardServer", "SwitchboardCore", "SwitchboardPush", "SwitchboardProtocol", "SwitchboardSupport", "SwitchboardSystem",
-                "SwitchboardTesting",
+                "SwitchboardTesting", "SwitchboardKit",
             ]),
         .testTarget(
             name: "SwitchboardKitTests",

@@ -3,6 +3,7 @@ import SwitchboardProtocol
 import SwitchboardServer
 import SwitchboardSystem
 import SwitchboardTesting
+import SwitchboardKit
 import Testing
 import SwitchboardSupport
 
@@ -749,6 +750,59 @@ struct ClusterTests {
         }
         #expect(ended.data?["outcome"] == "failed")
         #expect(ContinuousClock.now - started < .seconds(2), "the dead node's sessions are gone with its connection to Redis")
+    }
+
+    /// The SDK's client through HAProxy in front of three nodes, in an answered call (the
+    /// callee on a fourth node, outside the balancer): the node holding the client's session
+    /// drains, the client reconnects through the balancer and resumes on another node (the
+    /// same peer id, no fresh session); that node drains too and it resumes again, with the
+    /// token the first move gave it; the call's end then reaches it.
+    @Test(.enabled(if: LoadBalancer.installed, "needs haproxy (make test installs it)"))
+    func theSDKFollowsItsSessionThroughTwoDrains() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...4 { try await cluster.start(node, ["--shutdown-grace-seconds", "6"]) }
+        let balancer = try LoadBalancer(backends: (1...3).map(cluster.port))
+        defer { balancer.stop() }
+        let token = cluster.token("alice")
+        let client = try SwitchboardClient(serverURL: URL(string: balancer.url)!, deviceID: "a-sdk") { token }
+        let seen = Locked<[ClientEvent]>([])
+        let listening = Task { for await event in client.events() { seen.withLock { $0.append(event) } } }
+        defer { listening.cancel() }
+        try await client.connect()
+        let peer = try #require(seen.withLock { $0 }.compactMap { if case .connected(let peer, false) = $0 { peer } else { nil } }.first)
+        let bob = try await cluster.connect("bob", device: "b", node: 4)
+        let created = try await client.request(MessageType.callCreate, encoding: CallCreateRequest(callees: ["bob"]))
+        let callID = try #require(created?["call_id"]?.stringValue)
+        _ = try await event(bob, "call.incoming", call: callID)
+        #expect(try await act(bob, MessageType.callAnswer, callID).type == MessageType.ok)
+
+        for drain in 1...2 {
+            // The node behind the balancer that holds the client's session.
+            var holding: Int?
+            for node in 1...3 where cluster.node(node)?.isRunning == true {
+                let metrics = try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(node))/metrics").text
+                if metrics.contains("switchboard_sessions 1\n") { holding = node }
+            }
+            let target = try #require(holding, "drain \(drain): no node holds the session")
+            let before = seen.withLock { $0.count }
+            let stopping = Task { try await cluster.node(target)?.stop(timeout: .seconds(30)) }
+            try await within(.seconds(15), "the client to resume after drain \(drain)") {
+                while !seen.withLock({ $0.dropFirst(before).contains { if case .connected(peer, true) = $0 { true } else { false } } }) {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            #expect(!seen.withLock { $0.dropFirst(before).contains { if case .sessionReplaced = $0 { true } else { false } } }, "drain \(drain)")
+            #expect(try await stopping.value == 0)
+            try await cluster.start(target, ["--shutdown-grace-seconds", "6"])
+        }
+        _ = try await actUntilTaken(bob, MessageType.callEnd, callID)
+        try await within(.seconds(10), "the end to reach the client") {
+            while !seen.withLock({ $0.contains { if case .event("call.ended", let data, _) = $0 { data["call_id"]?.stringValue == callID } else { false } } }) {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        await client.disconnect()
     }
 
     /// One live node per node id; a cluster needs the shared store.

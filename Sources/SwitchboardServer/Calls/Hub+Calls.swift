@@ -93,7 +93,8 @@ extension Hub {
                 // In a cluster, who is connected or in a call on other nodes counts too, the
                 // invite limits and idempotency keys are the cluster's (Redis); without an answer
                 // from it, this node's own knowledge.
-                guard let cluster else { return start(nil) }
+                // A call a block list refuses is refused before the cluster counts an invite.
+                guard let cluster, needs.blockedBy == nil else { return start(nil) }
                 cluster.callSetup(
                     callees: callees, appID: appID, caller: callerID, idempotencyKey: request.idempotencyKey, callID: id, limits: configuration.limits,
                     nowMillis: wallMillis, then: start)
