@@ -907,3 +907,9 @@ attacker's figures are from the median run.
 PY
 python3 bench/section.py "## Abuse:" <"$out/abuse.md"
 fi
+
+# ---- Cluster: CPU per signal between members on two nodes, against members on one ----
+if want cluster; then
+  # shellcheck source=bench/cluster.sh
+  source bench/cluster.sh
+fi

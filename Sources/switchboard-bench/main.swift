@@ -103,10 +103,22 @@ func benchRelay(_ arguments: [String]) async throws {
             apiKey: apiKey, identity: identity, name: nil, grants: SwitchboardProtocol.Grants(room: "*", roomJoin: true), ttlSeconds: 3600)
         return AccessTokenVerifier.sign(claims, secret: secret)
     }
+    // --receiver-server: the receivers on another node of a cluster (they join first, so each
+    // room runs on their node and every signal crosses between the two nodes).
+    let receiverServer = option("receiver-server", in: arguments) ?? server
+    /// A connection, asked again while a node has not seen the app yet (503, Retry-After: 1).
+    func connect(_ url: String) async throws -> WebSocketClient {
+        for attempt in 1...10 {
+            do { return try await WebSocketClient.connect(to: URL(string: url)!, on: loop) } catch where attempt < 10 {
+                try await Task.sleep(for: .seconds(1))
+            }
+        }
+        fail("cannot connect to \(url)")
+    }
     var clients: [(sender: WebSocketClient, receiver: WebSocketClient)] = []
     for index in 0..<pairs {
-        let receiver = try await WebSocketClient.connect(to: URL(string: "\(server)/v1/ws?access_token=\(token("r\(index)"))")!, on: loop)
-        let sender = try await WebSocketClient.connect(to: URL(string: "\(server)/v1/ws?access_token=\(token("s\(index)"))")!, on: loop)
+        let receiver = try await connect("\(receiverServer)/v1/ws?access_token=\(token("r\(index)"))")
+        let sender = try await connect("\(server)/v1/ws?access_token=\(token("s\(index)"))")
         clients.append((sender, receiver))
     }
     let run = RelayRun(clients: clients, perPair: total / pairs, window: window, rate: rate, loop: loop)
@@ -591,7 +603,7 @@ case "store":
     try benchStore(Array(arguments.dropFirst()))
 default:
     fail("usage: switchboard-bench push --url URL --ca-file PEM [--count N] [--concurrency C] [--connections K]\n"
-        + "       switchboard-bench relay --server ws://HOST:PORT --api-key K --api-secret S [--pairs N] [--messages M] [--window W | --rate PER_SECOND]\n"
+        + "       switchboard-bench relay --server ws://HOST:PORT --api-key K --api-secret S [--pairs N] [--messages M] [--window W | --rate PER_SECOND] [--receiver-server ws://HOST:PORT]\n"
         + "       switchboard-bench idle --server ws://HOST:PORT --api-key K --api-secret S [--connections N] [--parallel P] [--hold SECONDS]\n"
         + "       switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND] [--seconds N] [--callers C] [--callees D] [--ring-timeout S]\n"
         + "       switchboard-bench churn --server ws://HOST:PORT --api-key K --api-secret S [--seconds N] [--parallel P] [--join-rooms N]\n"

@@ -818,3 +818,19 @@ struct ClusterTests {
         #expect(alone.standardError.contains("cluster_redis_url needs store_url"), "\(alone.standardError)")
     }
 }
+
+/// The relay's cross-node message is read without parsing the signal's payload: whatever the
+/// client's strings hold (quotes, backslashes, the member's own name), the fields and the
+/// payload come back as they went.
+@Test func aSignalPassedToAnotherNodeIsSplitBackExactly() throws {
+    let payload = Array(#"{"type":"offer","sdp":"v=0\r\n a=\"signal\":x ,\"signal\":"}"#.utf8)
+    for to in ["p_abc", #"x","signal":"y"#, #"\"#, "\u{0}\n\u{2028}", #",\"signal\":"#] {
+        let message = Cluster.signalMessage(from: "node-1", appID: "app_1", room: "room-1", peer: "p_from", to: to, signal: payload[...])
+        let (fields, signal) = try #require(Cluster.splitSignal(message), "\(to)")
+        #expect(fields["to"]?.stringValue == to)
+        #expect(fields["peer"]?.stringValue == "p_from" && fields["room"]?.stringValue == "room-1" && fields["app"]?.stringValue == "app_1")
+        #expect(Array(signal) == payload, "\(to)")
+        #expect(JSONText.parse(message) != nil, "the message is JSON as a whole")
+    }
+    #expect(Cluster.splitSignal(Array(#"{"k":"tell","op":"leave"}"#.utf8)) == nil)
+}

@@ -15,7 +15,7 @@ import SwitchboardSupport
 ///
 /// Safety of `@unchecked Sendable`: confined to the loop thread like the hub (the server
 /// hands it to the loop once, through `execute`).
-final class Cluster: @unchecked Sendable {
+package final class Cluster: @unchecked Sendable {
     let nodeID: String
     /// This process's value of the node key: a node restarted under the same id is another one.
     let instance: String
@@ -248,11 +248,17 @@ final class Cluster: @unchecked Sendable {
 
     /// A signal for the node running its room, its payload spliced as it came (no JSON tree).
     func tellSignal(appID: String, room: String, from: String, to: String, signal: ArraySlice<UInt8>, toNode node: String) {
+        let bytes = Self.signalMessage(from: nodeID, appID: appID, room: room, peer: from, to: to, signal: signal)
+        commands?.send([Array("PUBLISH".utf8), Array(Self.nodeChannel(node).utf8), bytes]) { _ in }
+    }
+
+    /// The message `tellSignal` publishes: its fields, then the payload last, as it came.
+    package static func signalMessage(from node: String, appID: String, room: String, peer: String, to: String, signal: ArraySlice<UInt8>) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(signal.count + room.utf8.count + 128)
         bytes.append(contentsOf: #"{"k":"tell","op":"sig","from":"#.utf8)
-        JSONText.appendQuoted(nodeID, to: &bytes)
-        for (name, value) in [("app", appID), ("room", room), ("peer", from), ("to", to)] {
+        JSONText.appendQuoted(node, to: &bytes)
+        for (name, value) in [("app", appID), ("room", room), ("peer", peer), ("to", to)] {
             bytes.append(contentsOf: #",""#.utf8)
             bytes.append(contentsOf: name.utf8)
             bytes.append(contentsOf: #"":"#.utf8)
@@ -261,7 +267,20 @@ final class Cluster: @unchecked Sendable {
         bytes.append(contentsOf: #","signal":"#.utf8)
         bytes.append(contentsOf: signal)
         bytes.append(0x7D)
-        commands?.send([Array("PUBLISH".utf8), Array(Self.nodeChannel(node).utf8), bytes]) { _ in }
+        return bytes
+    }
+
+    /// A signal from `tellSignal` as its fields and its payload's bytes, without parsing the
+    /// payload (an SDP is kilobytes): its fields come first, all of them strings that hold no
+    /// quote unescaped, so the first `,"signal":` is the member, and the payload runs to the
+    /// last byte but the closing brace. Nil for any other message.
+    package static func splitSignal(_ payload: [UInt8]) -> (fields: [String: JSONValue], signal: ArraySlice<UInt8>)? {
+        let prefix = Array(#"{"k":"tell","op":"sig","#.utf8), member = Array(#","signal":"#.utf8)
+        guard payload.count > prefix.count + member.count, payload.starts(with: prefix), payload.last == 0x7D,
+            let at = payload.firstRange(of: member)
+        else { return nil }
+        guard case .object(let fields)? = JSONText.parse(Array(payload[..<at.lowerBound]) + [0x7D]) else { return nil }
+        return (fields, payload[at.upperBound..<(payload.count - 1)])
     }
 
     /// Which of `nodes` are alive (their key is there); nil when Redis did not answer.
@@ -288,7 +307,9 @@ final class Cluster: @unchecked Sendable {
     // MARK: Receiving
 
     private func received(_ payload: [UInt8], on channel: String) {
-        guard let hub, case .object(let message)? = JSONText.parse(payload) else { return }
+        guard let hub else { return }
+        if let (fields, signal) = Self.splitSignal(payload) { return hub.forwardedSignal(fields, signal: signal) }
+        guard case .object(let message)? = JSONText.parse(payload) else { return }
         switch message["k"]?.stringValue {
         case "event":
             guard message["from"]?.stringValue != nodeID, let appID = message["app"]?.stringValue, let identity = message["user"]?.stringValue,
@@ -334,6 +355,7 @@ final class Cluster: @unchecked Sendable {
             }
         case "tell":
             guard let op = message["op"]?.stringValue, let from = message["from"]?.stringValue else { return }
+            if op == "sig", let signal = message["signal"] { return hub.forwardedSignal(message, signal: JSONText.serialize(signal)[...]) }
             hub.clusterMessage(op, message, from: from)
         default:
             return

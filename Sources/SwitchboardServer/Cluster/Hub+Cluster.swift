@@ -22,7 +22,6 @@ extension Hub {
     func clusterMessage(_ op: String, _ message: [String: JSONValue], from node: String) {
         switch op {
         case "peer": eventForPeer(message)
-        case "sig": forwardedSignal(message)
         case "data": forwardedData(message)
         case "leave": forwardedLeave(message)
         case "move": memberMoved(message)

@@ -1,0 +1,57 @@
+# The cluster section of make bench (sourced by scripts/bench.sh, under scripts/with-postgres.sh):
+# CPU per signal relayed between room members on two nodes of a cluster, against members on one
+# node, at the same paced rate, in the same run. Needs Redis (redis-server) and PostgreSQL.
+store="${SWITCHBOARD_TEST_POSTGRES_URL:?make bench runs under scripts/with-postgres.sh}"
+cluster_rate="${CLUSTER_RATE:-4000}"
+cluster_pairs="${CLUSTER_PAIRS:-20}"
+cluster_messages=$((cluster_rate * ${CLUSTER_SECONDS:-10}))
+redis_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+taskset -c 0 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$out" --logfile "$out/redis.log" &
+redis_pid=$!
+until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do sleep 0.1; done
+"$bin/switchboard" app create --name Bench --bundle-id com.example.bench --store-url "$store" >"$out/cluster-app.json"
+cluster_key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key"])' "$out/cluster-app.json")
+cluster_secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_secret"])' "$out/cluster-app.json")
+
+start_node() {  # start_node NAME [SERVE_ARGS...]: a node on core 0 on the shared store; sets node_pid, node_port
+  local name=$1; shift
+  taskset -c 0 "$bin/switchboard" serve --port 0 --data-dir "$out/$name" --store-url "$store" \
+    --messages-per-second 100000 --message-burst 100000 "$@" >"$out/$name.out" 2>"$out/$name.err" &
+  node_pid=$!
+  wait_for "$out/$name.err" "msg=listening"
+  node_port=$(sed -n 's/.*msg=listening .*port=\([0-9]*\).*/\1/p' "$out/$name.err" | head -1)
+  until curl -sf "http://127.0.0.1:$node_port/readyz" >/dev/null; do sleep 0.05; done
+}
+
+cluster_relay() {  # cluster_relay NAME SENDER_URL RECEIVER_URL PIDS...: the paced relay from core 1; CPU of PIDS
+  local name=$1 sender=$2 receiver=$3; shift 3
+  local before=0 after=0 pid
+  for pid in "$@"; do before=$((before + $(cpu_ticks "$pid"))); done
+  local start_steal; start_steal=$(steal_ticks)
+  taskset -c 1 "$bin/switchboard-bench" relay --server "$sender" --receiver-server "$receiver" --api-key "$cluster_key" \
+    --api-secret "$cluster_secret" --pairs "$cluster_pairs" --messages "$cluster_messages" --rate "$cluster_rate" >"$out/cluster-result"
+  for pid in "$@"; do after=$((after + $(cpu_ticks "$pid"))); done
+  local end_steal; end_steal=$(steal_ticks)
+  python3 bench/cluster_row.py "$name" "$out/cluster-result" "$((after - before))" "$start_steal" "$end_steal" >>"$out/cluster.jsonl"
+}
+
+for run in $(seq 1 "$runs"); do
+  # One node: both members of each room on it.
+  start_node "single-$run"
+  single=$node_pid
+  cluster_relay one-node "ws://127.0.0.1:$node_port" "ws://127.0.0.1:$node_port" "$single"
+  kill "$single"; wait "$single" 2>/dev/null || true
+
+  # Two nodes: each room runs on the receivers' node; every signal crosses from the sender's
+  # node through Redis. The CPU counted is both nodes' and Redis'.
+  cluster_args=(--cluster-redis-url "redis://127.0.0.1:$redis_port/0")
+  start_node "a-$run" "${cluster_args[@]}" --node-id "bench-a-$run"
+  node_a=$node_pid port_a=$node_port
+  start_node "b-$run" "${cluster_args[@]}" --node-id "bench-b-$run"
+  node_b=$node_pid port_b=$node_port
+  cluster_relay two-nodes "ws://127.0.0.1:$port_a" "ws://127.0.0.1:$port_b" "$node_a" "$node_b" "$redis_pid"
+  kill "$node_a" "$node_b"; wait "$node_a" "$node_b" 2>/dev/null || true
+done
+kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
+cat "$out/cluster.jsonl"
+python3 bench/cluster_report.py "$out/cluster.jsonl" "$runs" "$cluster_rate" "$cluster_pairs" "$cluster_messages" | python3 bench/section.py "## Cluster:"

@@ -1,0 +1,53 @@
+"""The cluster section of BENCHMARKS.md, from the runs' JSON lines (bench/cluster.sh).
+
+    cluster_report.py RUNS_JSONL RUNS RATE PAIRS MESSAGES
+"""
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+rows = [json.loads(line) for line in open(sys.argv[1])]
+runs, rate, pairs, messages = sys.argv[2:6]
+
+
+def per_signal(name):
+    """Median server CPU per delivered signal, in microseconds."""
+    return statistics.median(r["server_cpu_seconds"] / r["delivered"] * 1e6 for r in rows if r["name"] == name)
+
+
+def median(name, key):
+    return statistics.median(r[key] for r in rows if r["name"] == name)
+
+
+def each(name):
+    return ", ".join(f"{r['server_cpu_seconds'] / r['delivered'] * 1e6:.0f} µs ({r['steal_share']:.0%})" for r in rows if r["name"] == name)
+
+
+one, two = per_signal("one-node"), per_signal("two-nodes")
+cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+print(f"""## Cluster: CPU per signal between members on two nodes
+
+Measured {datetime.date.today().isoformat()} on {os.cpu_count()} × {cpu_model}, Linux {platform.release()}, {swift}.
+{pairs} pairs of WebSocket clients, each pair alone in a room, relaying {rate} signals/s in all
+(`switchboard-bench relay --rate`, {messages} signals per run) from core 1; the servers on core 0.
+One node: both members of every room on one `switchboard serve` (PostgreSQL store). Two nodes: a
+cluster (`cluster_redis_url`) whose receivers are on node B (each room runs there) and senders
+on node A: every signal goes A → Redis → B. The CPU counted is the servers' (both nodes and
+Redis for the cluster), per delivered signal. Medians of {runs} runs.
+
+| members | server CPU per signal | p50 | p99 |
+|---|---|---|---|
+| on one node | {one:.1f} µs | {median('one-node', 'p50_us') / 1000:.2f} ms | {median('one-node', 'p99_us') / 1000:.2f} ms |
+| on two nodes (A, B and Redis) | {two:.1f} µs | {median('two-nodes', 'p50_us') / 1000:.2f} ms | {median('two-nodes', 'p99_us') / 1000:.2f} ms |
+
+Ratio, two nodes to one: **{two / one:.2f}×** (goal ≤ 2×). Each run, CPU per signal and the
+share of the machine's time stolen by other guests: one node {each('one-node')}; two nodes
+{each('two-nodes')}. The latencies share one core among two nodes and Redis (the cluster's
+processes compete for core 0); they are shown for the order of magnitude, not as a result.
+""")
