@@ -52,6 +52,48 @@ for run in $(seq 1 "$runs"); do
   cluster_relay two-nodes "ws://127.0.0.1:$port_a" "ws://127.0.0.1:$port_b" "$node_a" "$node_b" "$redis_pid"
   kill "$node_a" "$node_b"; wait "$node_a" "$node_b" 2>/dev/null || true
 done
+
+# Connects per second to a node of the cluster, straight and through HAProxy (its configuration
+# as docs/scaling.md gives it, one backend), alternating, the same node in the same run.
+ulimit -n "$(ulimit -Hn)"
+connect_seconds="${CLUSTER_CONNECT_SECONDS:-15}"
+start_node "connects" "${cluster_args[@]}" --node-id "bench-connects"
+connect_node=$node_pid
+haproxy_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+cat >"$out/haproxy.cfg" <<CFG
+global
+    maxconn 4000
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    timeout tunnel 1h
+    timeout http-request 10s
+frontend switchboard
+    bind 127.0.0.1:$haproxy_port
+    default_backend nodes
+backend nodes
+    balance leastconn
+    option httpchk GET /readyz
+    http-check expect status 200
+    default-server inter 500ms fall 1 rise 1
+    server node1 127.0.0.1:$node_port check
+CFG
+taskset -c 0 haproxy -f "$out/haproxy.cfg" -db >"$out/haproxy.log" 2>&1 &
+haproxy_pid=$!
+until curl -sf "http://127.0.0.1:$haproxy_port/readyz" >/dev/null; do sleep 0.1; done
+for run in $(seq 1 "$runs"); do
+  for way in straight haproxy; do
+    target=$node_port
+    [ "$way" = haproxy ] && target=$haproxy_port
+    taskset -c 1 "$bin/switchboard-bench" churn --server "ws://127.0.0.1:$target" --api-key "$cluster_key" \
+      --api-secret "$cluster_secret" --seconds "$connect_seconds" >"$out/connects-result"
+    python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); r["name"]="connects-"+sys.argv[2]; print(json.dumps(r))' \
+      "$out/connects-result" "$way" >>"$out/cluster.jsonl"
+  done
+done
+kill "$haproxy_pid" "$connect_node"; wait "$haproxy_pid" "$connect_node" 2>/dev/null || true
 kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
 cat "$out/cluster.jsonl"
 python3 bench/cluster_report.py "$out/cluster.jsonl" "$runs" "$cluster_rate" "$cluster_pairs" "$cluster_messages" | python3 bench/section.py "## Cluster:"

@@ -29,6 +29,10 @@ def each(name):
 
 
 one, two = per_signal("one-node"), per_signal("two-nodes")
+straight, balanced = median("connects-straight", "connects_per_second"), median("connects-haproxy", "connects_per_second")
+connect_runs = ", ".join(
+    f"{a['connects_per_second']:,.0f} / {b['connects_per_second']:,.0f}"
+    for a, b in zip([r for r in rows if r["name"] == "connects-straight"], [r for r in rows if r["name"] == "connects-haproxy"]))
 cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
 print(f"""## Cluster: CPU per signal between members on two nodes
@@ -50,4 +54,10 @@ Ratio, two nodes to one: **{two / one:.2f}×** (goal ≤ 2×). Each run, CPU per
 share of the machine's time stolen by other guests: one node {each('one-node')}; two nodes
 {each('two-nodes')}. The latencies share one core among two nodes and Redis (the cluster's
 processes compete for core 0); they are shown for the order of magnitude, not as a result.
+
+**Connects per second through HAProxy.** Authenticated WebSocket connects (`switchboard-bench
+churn`, 64 at a time, each opening a session and closing) to one node of the cluster, straight
+and through HAProxy configured as docs/scaling.md says (HAProxy on the servers' core),
+alternating: **{straight:,.0f}/s straight, {balanced:,.0f}/s through HAProxy** ({balanced / straight:.0%}).
+Each run, straight / through: {connect_runs}.
 """)
