@@ -207,8 +207,10 @@ package final class Cluster: @unchecked Sendable {
     }
 
     func publish(_ message: [String: JSONValue], toNode node: String) {
-        commands?.send([Array("PUBLISH".utf8), Array(Self.nodeChannel(node).utf8), JSONText.serialize(.object(message))]) { _ in }
+        commands?.sendIgnoringReply([Self.publish, Array(Self.nodeChannel(node).utf8), JSONText.serialize(.object(message))])
     }
+
+    private static let publish = Array("PUBLISH".utf8)
 
     /// Asks node `node` to carry out `op` (`Hub.clusterRequest`); `answer` hears its answer, or
     /// `ownerGone` after `cluster_forward_timeout_ms`.
@@ -249,7 +251,7 @@ package final class Cluster: @unchecked Sendable {
     /// A signal for the node running its room, its payload spliced as it came (no JSON tree).
     func tellSignal(appID: String, room: String, from: String, to: String, signal: ArraySlice<UInt8>, toNode node: String) {
         let bytes = Self.signalMessage(from: nodeID, appID: appID, room: room, peer: from, to: to, signal: signal)
-        commands?.send([Array("PUBLISH".utf8), Array(Self.nodeChannel(node).utf8), bytes]) { _ in }
+        commands?.sendIgnoringReply([Self.publish, Array(Self.nodeChannel(node).utf8), bytes])
     }
 
     /// The message `tellSignal` publishes: its fields, then the payload last, as it came.

@@ -178,6 +178,15 @@ public final class RedisConnection: @unchecked Sendable {
         }
     }
 
+    /// Sends one command whose reply nobody reads (a `PUBLISH` on the relay's path): no callback
+    /// is kept for it, and a command that cannot be sent is dropped. Returns whether it went
+    /// out to hiredis.
+    @discardableResult
+    public func sendIgnoringReply(_ arguments: [[UInt8]]) -> Bool {
+        guard let context else { return false }
+        return Self.withArgv(arguments) { argc, argv, lengths in redisAsyncCommandArgv(context, nil, nil, argc, argv, lengths) } == REDIS_OK
+    }
+
     /// `SUBSCRIBE channel` on this connection (which then takes no other command but
     /// subscriptions); messages reach `onMessage`.
     public func subscribe(_ channels: [String]) {
