@@ -462,9 +462,13 @@ extension Hub {
                 untilMillis: leaseUntilMillis)
         }
         let saves = effects.contains(.save)
+        // An ended call's history goes in the same wait: a client told the call ended can read
+        // its history through any node.
+        let records = saves && effects.contains(.recordHistory)
+        if records { store.recordHistory(call.state, video: call.video) }
         let entry = call.enqueue(ready: !saves) { [weak self, weak call] in
             guard let self, let call else { return }
-            carryOut(call, effects.filter { $0 != .save }, setup: setup)
+            carryOut(call, effects.filter { $0 != .save && !(records && $0 == .recordHistory) }, setup: setup)
         }
         if saves {
             // The call is kept until its events are out, even if this node lets it go meanwhile.
