@@ -770,7 +770,13 @@ struct ClusterTests {
         let listening = Task { for await event in client.events() { seen.withLock { $0.append(event) } } }
         defer { listening.cancel() }
         try await client.connect()
-        let peer = try #require(seen.withLock { $0 }.compactMap { if case .connected(let peer, false) = $0 { peer } else { nil } }.first)
+        // The events reach the listening task a moment after connect() returns.
+        let peer = try await within(.seconds(5), "the client's session") {
+            while true {
+                if let peer = seen.withLock({ $0 }).compactMap({ if case .connected(let peer, false) = $0 { peer } else { nil } }).first { return peer }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
         let bob = try await cluster.connect("bob", device: "b", node: 4)
         let created = try await client.request(MessageType.callCreate, encoding: CallCreateRequest(callees: ["bob"]))
         let callID = try #require(created?["call_id"]?.stringValue)
