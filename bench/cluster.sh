@@ -60,26 +60,7 @@ connect_seconds="${CLUSTER_CONNECT_SECONDS:-15}"
 start_node "connects" "${cluster_args[@]}" --node-id "bench-connects"
 connect_node=$node_pid
 haproxy_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-cat >"$out/haproxy.cfg" <<CFG
-global
-    maxconn 4000
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 60s
-    timeout server 60s
-    timeout tunnel 1h
-    timeout http-request 10s
-frontend switchboard
-    bind 127.0.0.1:$haproxy_port
-    default_backend nodes
-backend nodes
-    balance leastconn
-    option httpchk GET /readyz
-    http-check expect status 200
-    default-server inter 500ms fall 1 rise 1
-    server node1 127.0.0.1:$node_port check
-CFG
+scripts/haproxy-config.sh "$haproxy_port" "$node_port" >"$out/haproxy.cfg"
 taskset -c 0 haproxy -f "$out/haproxy.cfg" -db >"$out/haproxy.log" 2>&1 &
 haproxy_pid=$!
 until curl -sf "http://127.0.0.1:$haproxy_port/readyz" >/dev/null; do sleep 0.1; done

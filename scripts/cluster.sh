@@ -42,14 +42,7 @@ for number in 1 2 3; do
   echo "cluster: node-$number on 127.0.0.1:$node_port (log $dir/node-$number.log)"
 done
 
-{
-  printf 'global\n    maxconn 4000\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 60s\n    timeout server 60s\n'
-  printf '    timeout tunnel 1h\n    timeout http-request 10s\n\nfrontend switchboard\n    bind 127.0.0.1:%s\n    default_backend nodes\n\n' "$port"
-  printf 'backend nodes\n    balance leastconn\n    option httpchk GET /readyz\n    http-check expect status 200\n'
-  printf '    default-server inter 500ms fall 1 rise 1\n'
-  number=1
-  for node_port in "${nodes[@]}"; do printf '    server node%s 127.0.0.1:%s check\n' "$number" "$node_port"; number=$((number + 1)); done
-} >"$dir/haproxy.cfg"
+scripts/haproxy-config.sh "$port" "${nodes[@]}" >"$dir/haproxy.cfg"
 haproxy -f "$dir/haproxy.cfg" -db >"$dir/haproxy.log" 2>&1 &
 pids+=($!)
 until curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; do
