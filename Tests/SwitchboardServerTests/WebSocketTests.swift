@@ -235,6 +235,31 @@ import SwitchboardSupport
         client.socket.close()
     }
 
+    /// An idle client that answers is pinged once per ping interval: not once per idle
+    /// timeout (the keepalive visits it again a ping interval after each ping) and not more.
+    @Test func anIdleClientIsPingedOncePerPingInterval() async throws {
+        let server = try TestServer {
+            $0.limits.pingIntervalSeconds = 1
+            $0.limits.idleTimeoutSeconds = 30
+        }
+        defer { server.stop() }
+        let socket = try RawSocket(port: server.server.port)
+        defer { socket.close() }
+        _ = try await socket.openSession(token: server.token())
+        var pings = 0
+        let deadline = ContinuousClock.now + .seconds(5.5)
+        while ContinuousClock.now < deadline {
+            guard let frame = try? await socket.readFrame(limit: deadline - ContinuousClock.now) else { break }
+            if frame.opcode == 0x9 {
+                pings += 1
+                _ = socket.send(socket.maskedFrame(opcode: 0xA, frame.payload))
+            }
+        }
+        // Five intervals: a ping at about 1, 2, 3, 4 and 5 s (each a tick late at most), so 4
+        // or 5 here even on a slow host; one per idle timeout would be none.
+        #expect((3...6).contains(pings), "\(pings) pings in 5.5 s")
+    }
+
     /// Covers: limit:send_queue_bytes, close:1008
     @Test func clientThatDoesNotReadIsDroppedAsASlowConsumer() async throws {
         let server = try TestServer { $0.limits.sendQueueBytes = 4096 }

@@ -332,7 +332,9 @@ public final class HTTPServer: @unchecked Sendable {
             conn.pingOutstanding = true
             conn.pingDue = true
             lws_callback_on_writable(conn.wsi)
-            next = max(conn.lastHeard + dropAfter, now + keepalivePeriod)
+            // Back when the pong has had time to come (then the next ping falls due a ping
+            // interval after it), or when the drop falls due, whichever comes first.
+            next = max(min(conn.lastHeard + dropAfter, now + pingAfter), now + keepalivePeriod)
         } else {
             next = conn.lastHeard + pingAfter
         }
