@@ -53,7 +53,7 @@ typedef struct {
     size_t rx_len, rx_cap;
     unsigned char *tx; /* what the socket did not take */
     size_t tx_len, tx_cap;
-    int sent;
+    int sent, flushing, blocked;
     char *frame; /* throughput mode: the whole signal; paced mode: up to the candidate */
     size_t frame_len;
 } conn_t;
@@ -63,7 +63,7 @@ static conn_t *conns;
 static int conn_count;
 static const char *api_key, *secret;
 static long opened, closed_count, pings_answered;
-static int handshakes_in_flight;
+static int handshakes_in_flight, retries_waiting;
 static unsigned run_id;
 
 static void die(const char *what) {
@@ -156,22 +156,43 @@ static void start_connect(conn_t *c) {
     watch(c, EPOLLOUT, EPOLL_CTL_ADD);
 }
 
-/* Writes `length` bytes, keeping what the socket does not take for EPOLLOUT. */
+/* Queues `length` bytes; `flush` writes each connection's queue once per turn of the loop, so
+ * that the signals a burst of replies calls for go out in one write, as a real client's would
+ * (a write per frame on loopback costs the generator more than the server spends on it). */
+static int *dirty;
+static int dirty_count;
+
 static void send_bytes(conn_t *c, const unsigned char *bytes, size_t length) {
     if (c->state == CLOSED) return;
-    if (c->tx_len == 0) {
-        ssize_t wrote = write(c->fd, bytes, length);
-        if (wrote < 0) {
-            if (errno != EAGAIN) fail("write failed", strerror(errno));
-            wrote = 0;
-        }
-        if ((size_t)wrote == length) return;
-        bytes += wrote, length -= (size_t)wrote;
-        watch(c, EPOLLIN | EPOLLOUT, EPOLL_CTL_MOD);
+    if (c->tx_len == 0 && !c->flushing) {
+        c->flushing = 1;
+        dirty[dirty_count++] = c->index;
     }
     c->tx = grow(c->tx, &c->tx_cap, c->tx_len + length);
     memcpy(c->tx + c->tx_len, bytes, length);
     c->tx_len += length;
+}
+
+/* Writes what `c` queued; what the socket does not take waits for EPOLLOUT. */
+static void write_queued(conn_t *c) {
+    ssize_t wrote = write(c->fd, c->tx, c->tx_len);
+    if (wrote < 0) {
+        if (errno != EAGAIN) fail("write failed", strerror(errno));
+        wrote = 0;
+    }
+    memmove(c->tx, c->tx + wrote, c->tx_len - (size_t)wrote);
+    c->tx_len -= (size_t)wrote;
+    if (c->tx_len > 0 && !c->blocked) watch(c, EPOLLIN | EPOLLOUT, EPOLL_CTL_MOD), c->blocked = 1;
+    if (c->tx_len == 0 && c->blocked) watch(c, EPOLLIN, EPOLL_CTL_MOD), c->blocked = 0;
+}
+
+static void flush(void) {
+    for (int i = 0; i < dirty_count; i++) {
+        conn_t *c = &conns[dirty[i]];
+        c->flushing = 0;
+        if (c->state == OPEN && !c->blocked && c->tx_len) write_queued(c);
+    }
+    dirty_count = 0;
 }
 
 static uint32_t mask_state = 0x9e3779b9u;
@@ -328,6 +349,7 @@ static void schedule_retry(conn_t *c, const char *why) {
     if (++c->attempts >= 10) fail("cannot connect", why);
     c->state = WAITING_RETRY;
     c->retry_at = now() + 1.0;
+    retries_waiting++;
 }
 
 static void on_open(conn_t *c) {
@@ -406,14 +428,7 @@ static void write_ready(conn_t *c) {
         if (write(c->fd, request, (size_t)n) != n) fail("handshake write", strerror(errno));
         return;
     }
-    ssize_t wrote = write(c->fd, c->tx, c->tx_len);
-    if (wrote < 0) {
-        if (errno == EAGAIN) return;
-        fail("write failed", strerror(errno));
-    }
-    memmove(c->tx, c->tx + wrote, c->tx_len - (size_t)wrote);
-    c->tx_len -= (size_t)wrote;
-    if (c->tx_len == 0) watch(c, EPOLLIN, EPOLL_CTL_MOD);
+    write_queued(c);
 }
 
 /* One turn of the loop: waits at most `timeout_ms` and handles what is ready. */
@@ -433,9 +448,11 @@ static void turn(int timeout_ms, int timer_fd) {
         if (ready[r].events & EPOLLOUT) write_ready(c);
         if (c->state != CLOSED && c->state != CONNECTING && (ready[r].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) read_ready(c);
     }
+    flush();
+    if (!retries_waiting) return;
     double t = now();
     for (int i = 0; i < conn_count; i++)
-        if (conns[i].state == WAITING_RETRY && conns[i].retry_at <= t) start_connect(&conns[i]);
+        if (conns[i].state == WAITING_RETRY && conns[i].retry_at <= t) retries_waiting--, start_connect(&conns[i]);
 }
 
 static const char *option(int argc, char **argv, const char *name, const char *fallback) {
@@ -460,6 +477,7 @@ static int relay(int port, int receiver_port) {
     per_pair = total_messages / pairs;
     conn_count = 2 * pairs;
     conns = calloc((size_t)conn_count, sizeof(conn_t));
+    dirty = calloc((size_t)conn_count, sizeof(int));
     snprintf(room_prefix, sizeof room_prefix, "bench-%u-", run_id);
     for (int i = 0; i < conn_count; i++) {
         conns[i] = (conn_t){.index = i, .role = i % 2 ? RECEIVER : SENDER, .port = i % 2 ? receiver_port : port};
@@ -501,6 +519,7 @@ static int idle(int port, int count, int parallel, int hold) {
     raise_descriptor_limit();
     conn_count = count;
     conns = calloc((size_t)count, sizeof(conn_t));
+    dirty = calloc((size_t)count, sizeof(int));
     double begin = now();
     int next = 0;
     while (opened < count) {
