@@ -10,8 +10,8 @@ taskset -c 0 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appe
 redis_pid=$!
 until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do sleep 0.1; done
 "$bin/switchboard" app create --name Bench --bundle-id com.example.bench --store-url "$store" >"$out/cluster-app.json"
-cluster_key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_key"])' "$out/cluster-app.json")
-cluster_secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_secret"])' "$out/cluster-app.json")
+cluster_key=$(json_field "$out/cluster-app.json" api_key)
+cluster_secret=$(json_field "$out/cluster-app.json" api_secret)
 
 start_node() {  # start_node NAME [SERVE_ARGS...]: a node on core 0 on the shared store; sets node_pid, node_port
   local name=$1; shift
@@ -32,7 +32,8 @@ cluster_relay() {  # cluster_relay NAME SENDER_URL RECEIVER_URL PIDS...: the pac
     --api-secret "$cluster_secret" --pairs "$cluster_pairs" --messages "$cluster_messages" --rate "$cluster_rate" >"$out/cluster-result"
   for pid in "$@"; do after=$((after + $(cpu_ticks "$pid"))); done
   local end_steal; end_steal=$(steal_ticks)
-  python3 bench/cluster_row.py "$name" "$out/cluster-result" "$((after - before))" "$start_steal" "$end_steal" >>"$out/cluster.jsonl"
+  python3 bench/run_row.py "$name" "$out/cluster-result" --server-ticks "$((after - before))" \
+    --steal "$start_steal" "$end_steal" >>"$out/cluster.jsonl"
 }
 
 for run in $(seq 1 "$runs"); do
@@ -40,7 +41,7 @@ for run in $(seq 1 "$runs"); do
   start_node "single-$run"
   single=$node_pid
   cluster_relay one-node "ws://127.0.0.1:$node_port" "ws://127.0.0.1:$node_port" "$single"
-  kill "$single"; wait "$single" 2>/dev/null || true
+  stop "$single"
 
   # Two nodes: each room runs on the receivers' node; every signal crosses from the sender's
   # node through Redis. The CPU counted is both nodes' and Redis'.
@@ -50,7 +51,7 @@ for run in $(seq 1 "$runs"); do
   start_node "b-$run" "${cluster_args[@]}" --node-id "bench-b-$run"
   node_b=$node_pid port_b=$node_port
   cluster_relay two-nodes "ws://127.0.0.1:$port_a" "ws://127.0.0.1:$port_b" "$node_a" "$node_b" "$redis_pid"
-  kill "$node_a" "$node_b"; wait "$node_a" "$node_b" 2>/dev/null || true
+  stop "$node_a" "$node_b"
 done
 
 # Connects per second to a node of the cluster, straight and through HAProxy (its configuration
@@ -70,11 +71,10 @@ for run in $(seq 1 "$runs"); do
     [ "$way" = haproxy ] && target=$haproxy_port
     taskset -c 1 "$bin/switchboard-bench" churn --server "ws://127.0.0.1:$target" --api-key "$cluster_key" \
       --api-secret "$cluster_secret" --seconds "$connect_seconds" >"$out/connects-result"
-    python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); r["name"]="connects-"+sys.argv[2]; print(json.dumps(r))' \
-      "$out/connects-result" "$way" >>"$out/cluster.jsonl"
+    python3 bench/run_row.py "connects-$way" "$out/connects-result" >>"$out/cluster.jsonl"
   done
 done
-kill "$haproxy_pid" "$connect_node"; wait "$haproxy_pid" "$connect_node" 2>/dev/null || true
-kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
+stop "$haproxy_pid" "$connect_node"
+stop "$redis_pid"
 cat "$out/cluster.jsonl"
-python3 bench/cluster_report.py "$out/cluster.jsonl" "$runs" "$cluster_rate" "$cluster_pairs" "$cluster_messages" | python3 bench/section.py "## Cluster:"
+write_section "## Cluster:" cluster_report.py "$out/cluster.jsonl" "$runs" "$cluster_rate" "$cluster_pairs" "$cluster_messages"

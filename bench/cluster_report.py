@@ -1,43 +1,39 @@
-"""The cluster section of BENCHMARKS.md, from the runs' JSON lines (bench/cluster.sh).
+"""The cluster section of BENCHMARKS.md on stdout, from the runs' JSON lines (bench/cluster.sh:
+the paced relay runs and the connect runs, each via bench/run_row.py).
 
     cluster_report.py RUNS_JSONL RUNS RATE PAIRS MESSAGES
 """
 
-import datetime
-import json
-import os
-import platform
-import statistics
-import subprocess
 import sys
 
-rows = [json.loads(line) for line in open(sys.argv[1])]
+import benchlib
+from benchlib import measured, pick, read_jsonl
+
+rows = read_jsonl(sys.argv[1])
 runs, rate, pairs, messages = sys.argv[2:6]
 
 
 def per_signal(name):
     """Median server CPU per delivered signal, in microseconds."""
-    return statistics.median(r["server_cpu_seconds"] / r["delivered"] * 1e6 for r in rows if r["name"] == name)
+    return benchlib.median(pick(rows, name=name), lambda r: r["server_cpu_seconds"] / r["delivered"] * 1e6)
 
 
 def median(name, key):
-    return statistics.median(r[key] for r in rows if r["name"] == name)
+    return benchlib.median(pick(rows, name=name), key)
 
 
 def each(name):
-    return ", ".join(f"{r['server_cpu_seconds'] / r['delivered'] * 1e6:.0f} µs ({r['steal_share']:.0%})" for r in rows if r["name"] == name)
+    return ", ".join(f"{r['server_cpu_seconds'] / r['delivered'] * 1e6:.0f} µs ({r['steal_share']:.0%})" for r in pick(rows, name=name))
 
 
 one, two = per_signal("one-node"), per_signal("two-nodes")
 straight, balanced = median("connects-straight", "connects_per_second"), median("connects-haproxy", "connects_per_second")
 connect_runs = ", ".join(
     f"{a['connects_per_second']:,.0f} / {b['connects_per_second']:,.0f}"
-    for a, b in zip([r for r in rows if r["name"] == "connects-straight"], [r for r in rows if r["name"] == "connects-haproxy"]))
-cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    for a, b in zip(pick(rows, name="connects-straight"), pick(rows, name="connects-haproxy")))
 print(f"""## Cluster: CPU per signal between members on two nodes
 
-Measured {datetime.date.today().isoformat()} on {os.cpu_count()} × {cpu_model}, Linux {platform.release()}, {swift}.
+{measured()}
 {pairs} pairs of WebSocket clients, each pair alone in a room, relaying {rate} signals/s in all
 (`switchboard-bench relay --rate`, {messages} signals per run) from core 1; the servers on core 0.
 One node: both members of every room on one `switchboard serve` (PostgreSQL store). Two nodes: a
