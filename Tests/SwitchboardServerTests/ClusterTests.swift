@@ -295,7 +295,7 @@ struct ClusterTests {
     @Test func aCallGoesOnWhenTheNodeRunningItIsKilled() async throws {
         let cluster = try TestCluster()
         defer { cluster.stop() }
-        for node in 1...3 { try await cluster.start(node) }
+        for node in 1...3 { try await cluster.start(node, node == 2 ? ["--cluster-forward-timeout-ms", "10000"] : []) }
         let voip = try await cluster.registerPhone("bob", device: "b-phone", seed: 7101, node: 2)
         let alice = try await cluster.connect("alice", device: "a-web", node: 1)
         let bobWeb = try await cluster.connect("bob", device: "b-web", node: 2)
@@ -305,6 +305,13 @@ struct ClusterTests {
 
         let killedAt = ContinuousClock.now
         cluster.node(1)?.kill9()
+        // Nobody listens on node 1's channel now: node 2 says so at once, not after its
+        // forward timeout (10 s here).
+        try await Task.sleep(for: .milliseconds(300))
+        let asked = ContinuousClock.now
+        let early = try await act(bobWeb, MessageType.callAnswer, callID)
+        let heard = ContinuousClock.now - asked
+        #expect(early.error?.code == .unavailable && heard < .seconds(3), "\(early) after \(heard)")
         let aliceAgain = try await cluster.connect("alice", device: "a-web", node: 3)
         let answered = try await actUntilTaken(bobWeb, MessageType.callAnswer, callID)
         #expect(answered.type == MessageType.ok, "\(answered)")

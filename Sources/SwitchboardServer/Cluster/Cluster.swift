@@ -213,7 +213,8 @@ package final class Cluster: @unchecked Sendable {
     private static let publish = Array("PUBLISH".utf8)
 
     /// Asks node `node` to carry out `op` (`Hub.clusterRequest`); `answer` hears its answer, or
-    /// `ownerGone` after `cluster_forward_timeout_ms`.
+    /// `ownerGone` after `cluster_forward_timeout_ms`, or at once when no node listens on its
+    /// channel.
     func request(_ op: String, _ body: [String: JSONValue], toNode node: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
         nextForward += 1
         let number = nextForward
@@ -227,7 +228,15 @@ package final class Cluster: @unchecked Sendable {
             forward.answer(.failure(Self.ownerGone))
         }
         forwards[number] = Forward(answer: answer, timer: timer)
-        publish(message, toNode: node)
+        // Nobody listening on the node's channel: it died (Redis dropped its subscription with
+        // its connection) or lost Redis; the caller hears so at once, not after the timeout.
+        commands?.send([Self.publish, Array(Self.nodeChannel(node).utf8), JSONText.serialize(.object(message))]) { [weak self] result in
+            guard case .success(let receivers) = result, receivers.integer == 0, let self,
+                let forward = forwards.removeValue(forKey: number)
+            else { return }
+            if let timer = forward.timer { loop?.cancel(timer) }
+            forward.answer(.failure(Self.ownerGone))
+        }
     }
 
     /// Tells node `node` something that needs no answer (`Hub.clusterMessage`).

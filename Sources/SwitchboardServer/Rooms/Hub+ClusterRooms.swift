@@ -240,7 +240,7 @@ extension Hub {
         let here = listRooms(appID: appID)
         guard let cluster else { return answer(here) }
         cluster.otherNodes { [weak self] nodes in
-            guard let self else { return }
+            guard self != nil else { return }
             var found = here
             var left = nodes.count
             guard left > 0 else { return answer(found) }
