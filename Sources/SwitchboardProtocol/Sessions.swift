@@ -119,6 +119,10 @@ public struct SessionRefresh: Sendable, Codable, Equatable {
 
 /// WebSocket close codes the server sends besides RFC 6455's.
 public enum CloseCode {
+    /// The connection broke a limit it cannot be answered for with an error reply: connects
+    /// past the cluster's `connects_per_identity_per_minute`, more than `message_burst`
+    /// messages before its session opened (the send queue's 1008 comes from the transport).
+    public static let policyViolation: UInt16 = 1008
     /// The client's own close code for a connection it found dead (the SDK).
     public static let clientDropped: UInt16 = 4000
     /// A resumed connection took the session over: this older connection is closed.

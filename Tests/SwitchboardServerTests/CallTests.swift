@@ -300,6 +300,27 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(15
         #expect(calls.first?["end_reason"] == "cancelled")
     }
 
+    /// `call.create` is answered once the store has the call; a ping sent right behind it is
+    /// answered at once, but its reply waits: replies come in the order requests arrived.
+    @Test(arguments: StoreEngine.available)
+    func repliesComeInTheOrderTheRequestsArrived(engine: StoreEngine) async throws {
+        let fixture = try CallFixture(engine: engine)
+        defer { fixture.stop() }
+        let alice = try await fixture.connect("alice", device: "a")
+        _ = try await fixture.connect("bob", device: "b")
+        alice.sendRaw(#"{"type":"call.create","id":"create","data":{"callees":["bob"]}}"#)
+        alice.sendRaw(#"{"type":"ping","id":"p1"}"#)
+        alice.sendRaw(#"{"type":"nonsense","id":"p2"}"#)
+        alice.sendRaw(#"{"type":"call.create","id":"again","data":{"callees":["bob"]}}"#)
+        alice.sendRaw(#"{"type":"ping","id":"p3"}"#)
+        var replies: [String] = []
+        while replies.count < 5 {
+            let next = try await alice.nextEnvelope()
+            if next.type == MessageType.ok || next.type == MessageType.error { replies.append(next.id?.stringValue ?? "?") }
+        }
+        #expect(replies == ["create", "p1", "p2", "again", "p3"])
+    }
+
     /// Covers: limit:ring_timeout_seconds
     @Test func nobodyAnswersBeforeTheRingTimeout() async throws {
         let fixture = try CallFixture()

@@ -819,6 +819,38 @@ struct ClusterTests {
     }
 
     /// One live node per node id; a cluster needs the shared store.
+    /// A node of a cluster counts a connect across the nodes, or fetches a resumed session from
+    /// another node, before the session opens: requests sent meanwhile, right after the
+    /// WebSocket opened, are answered after the welcome (or the resume), in order.
+    @Test func requestsSentBeforeTheSessionOpensAreAnswered() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        _ = try await cluster.connect("warm", device: "w", node: 1)  // the node knows the app
+        let url = "ws://127.0.0.1:\(cluster.port(1))/v1/ws?access_token=\(cluster.token("alice"))&device_id=a"
+        let alice = try await TestClient.connect(url)
+        alice.sendRaw(#"{"type":"room.join","id":1,"data":{"room":"early"}}"#)
+        alice.sendRaw(#"{"type":"ping","id":2}"#)
+        #expect(try await alice.nextEnvelope().type == MessageType.sessionWelcome)
+        let joined = try await alice.nextEnvelope()
+        #expect(joined.type == MessageType.ok && joined.id == 1 && joined.data?["peer_id"] != nil, "\(joined)")
+        let pong = try await alice.nextEnvelope()
+        #expect(pong.type == MessageType.ok && pong.id == 2, "\(pong)")
+
+        // The session moves to node 2; a request sent with the resume is answered there.
+        let welcome = try await cluster.connect("bob", device: "b", node: 1)
+        let token = try #require(try await cluster.welcomeToken(of: welcome))
+        _ = try await cluster.connect("warm", device: "w2", node: 2)
+        let resumeURL = "ws://127.0.0.1:\(cluster.port(2))/v1/ws?access_token=\(cluster.token("bob"))&device_id=b&resume_token=\(token)&last_seq=0"
+        let moved = try await TestClient.connect(resumeURL)
+        moved.sendRaw(#"{"type":"room.join","id":"j","data":{"room":"early"}}"#)
+        let resumed = try await moved.nextEnvelope()
+        #expect(resumed.type == MessageType.sessionResumed, "\(resumed)")
+        let bobJoined = try await moved.nextEnvelope()
+        #expect(bobJoined.type == MessageType.ok && bobJoined.id == "j", "\(bobJoined)")
+        #expect(entries(bobJoined.data?["peers"]).count == 1)
+    }
+
     @Test func aSecondNodeWithTheSameIdOrWithoutTheStoreIsRefused() async throws {
         let cluster = try TestCluster()
         defer { cluster.stop() }

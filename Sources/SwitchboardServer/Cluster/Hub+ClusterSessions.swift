@@ -147,6 +147,7 @@ extension Hub {
         }
         if connection == nil { startGrace(session, reason: "moved while away") }
         participantSessionsChanged(appID: app.id, identity: claims.sub)
+        handleFramesBeforeSession(connection)
     }
 
     /// A member of a room this node runs now has its session on another node.

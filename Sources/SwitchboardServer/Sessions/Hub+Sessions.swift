@@ -54,6 +54,28 @@ extension Hub {
             serverTime: wallMillis, limits: sessionLimits, resumeFailed: resumeFailed)
         sendControl(MessageType.sessionWelcome, welcome, to: session)
         offerRingingCalls(to: session)
+        handleFramesBeforeSession(connection)
+    }
+
+    /// A message on a connection whose session is not open yet (in a cluster, while the
+    /// connect is counted across the nodes or the session comes from another node): kept, and
+    /// handled once the session is open, so that a client may send its first request as soon
+    /// as the WebSocket opens. Past `message_burst` of them the connection is closed (1008).
+    func holdUntilSession(_ bytes: [UInt8], binary: Bool, on connection: ConnectionID) {
+        var held = framesBeforeSession[connection] ?? []
+        guard held.count < configuration.limits.messageBurst else {
+            framesBeforeSession.removeValue(forKey: connection)
+            output?.close(connection, code: CloseCode.policyViolation, reason: "more than message_burst messages before the session opened")
+            return
+        }
+        held.append((bytes, binary))
+        framesBeforeSession[connection] = held
+    }
+
+    /// Handles what `connection` sent before its session opened, in order.
+    func handleFramesBeforeSession(_ connection: ConnectionID?) {
+        guard let connection, let held = framesBeforeSession.removeValue(forKey: connection) else { return }
+        for frame in held { received(frame.bytes, binary: frame.binary, on: connection) }
     }
 
     /// A session object with this node's limits and a resume token naming this node (in a
@@ -209,6 +231,7 @@ extension Hub {
         metrics.add("switchboard_connections", -1)
         metrics.increment("switchboard_disconnects_total", ["reason": reason.label])
         pendingResumes.remove(connection)
+        framesBeforeSession.removeValue(forKey: connection)
         guard let session = sessions.detach(connection) else { return }
         if case .peer(let code) = reason, code == 1000 || code == 1001 {
             end(session, reason: .left)

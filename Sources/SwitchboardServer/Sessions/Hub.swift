@@ -91,8 +91,12 @@ final class Hub: @unchecked Sendable {
     var roomHomes: [RoomKey: String] = [:]
     /// In a cluster: the node of each member of this node's rooms whose session is on another.
     var remoteMembers: [String: String] = [:]
-    /// In a cluster: connections waiting for their session from another node.
+    /// In a cluster: connections waiting for their session (the cluster's connect count, or
+    /// the session from another node).
     var pendingResumes: Set<ConnectionID> = []
+    /// Messages those connections sent before their session opened, handled once it has
+    /// (at most `message_burst` each).
+    var framesBeforeSession: [ConnectionID: [(bytes: [UInt8], binary: Bool)]] = [:]
     /// In a cluster: user events for the users of those connections, held until their session
     /// is here (`Hub+ClusterSessions`).
     var heldUserEvents: [String: HeldEvents] = [:]
@@ -150,7 +154,10 @@ final class Hub: @unchecked Sendable {
     // MARK: Messages
 
     func received(_ bytes: [UInt8], binary: Bool, on connection: ConnectionID) {
-        guard let session = sessions.session(on: connection) else { return }
+        guard let session = sessions.session(on: connection) else {
+            if pendingResumes.contains(connection) { holdUntilSession(bytes, binary: binary, on: connection) }
+            return
+        }
         metrics.messagesIn.increment()
         if binary {
             reply(.error(id: nil, ErrorBody(.badRequest, "binary messages are not part of the protocol")), to: session)
@@ -171,19 +178,38 @@ final class Hub: @unchecked Sendable {
             return
         }
         do throws(ErrorBody) {
+            let later = LaterReply()
             let result = try handle(type: type, object: object, from: session) { [weak self, weak session] result in
                 guard let self, let session else { return }
+                let envelope: Envelope
                 switch result {
-                case .success(let value): reply(.ok(id: id, data: value), to: session)
-                case .failure(let error): reply(.error(id: id, error), to: session)
+                case .success(let value): envelope = .ok(id: id, data: value)
+                case .failure(let error): envelope = .error(id: id, error)
                 }
+                if let slot = later.slot { replyLater(envelope, slot: slot, to: session) } else { reply(envelope, to: session) }
+                later.answered = true
             }
-            guard !result.answeredLater else { return }
+            guard !result.answeredLater else {
+                // Its place among the replies, unless it was answered already.
+                if !later.answered {
+                    later.slot = session.nextReplySlot
+                    session.nextReplySlot += 1
+                    session.repliesInOrder.append((later.slot!, nil))
+                }
+                return
+            }
             reply(.ok(id: id, data: result.reply), to: session)
             apply(result.effects)
         } catch {
             reply(.error(id: id, error), to: session)
         }
+    }
+
+    /// Where the reply of a request answered later goes: `slot` once the request has returned
+    /// (its place among the replies), or at once when it was answered before that.
+    private final class LaterReply {
+        var slot: UInt64?
+        var answered = false
     }
 
     /// The refusal of a message past the session's rate.
@@ -271,10 +297,34 @@ final class Hub: @unchecked Sendable {
         transmit(OutboundFrame(bytes), to: session)
     }
 
+    /// Sends the reply to a request, after the replies to earlier requests still owed.
     func reply(_ envelope: Envelope, to session: Session) {
         if let error = envelope.error { metrics.increment("switchboard_errors_total", ["code": error.code.rawValue]) }
         guard let bytes = codec.encode(envelope) else { return }
+        guard session.repliesInOrder.isEmpty else {
+            session.repliesInOrder.append((session.nextReplySlot, OutboundFrame(bytes)))
+            session.nextReplySlot += 1
+            return
+        }
         transmit(OutboundFrame(bytes), to: session)
+    }
+
+    /// The reply to a request answered later, in its place: it and the replies held behind it
+    /// go out once every earlier one has.
+    private func replyLater(_ envelope: Envelope, slot: UInt64, to session: Session) {
+        if let error = envelope.error { metrics.increment("switchboard_errors_total", ["code": error.code.rawValue]) }
+        guard let index = session.repliesInOrder.firstIndex(where: { $0.slot == slot }) else { return }
+        if let bytes = codec.encode(envelope) {
+            session.repliesInOrder[index].frame = OutboundFrame(bytes)
+        } else {
+            session.repliesInOrder.remove(at: index)
+        }
+        var sent = 0
+        while sent < session.repliesInOrder.count, let frame = session.repliesInOrder[sent].frame {
+            transmit(frame, to: session)
+            sent += 1
+        }
+        session.repliesInOrder.removeFirst(sent)
     }
 
     func transmit(_ frame: OutboundFrame, to session: Session) {

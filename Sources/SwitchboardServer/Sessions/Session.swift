@@ -32,6 +32,13 @@ final class Session {
     /// event that reaches it twice while it moves between nodes is delivered once.
     private(set) var recentEventIDs: [String] = []
 
+    /// Replies waiting for the reply to an earlier request that is answered later (after the
+    /// store or another node), so that replies go out in the order their requests arrived.
+    /// Empty almost always: a reply then goes out at once.
+    var repliesInOrder: [(slot: UInt64, frame: OutboundFrame?)] = []
+    /// The number the next reply answered later waits under.
+    var nextReplySlot: UInt64 = 0
+
     /// Notes a user event's id; false when it had it already.
     func note(eventID: String) -> Bool {
         guard !recentEventIDs.contains(eventID) else { return false }

@@ -220,7 +220,7 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
                 guard let self, hub.pendingResumes.remove(connection) != nil else { return }
                 guard admitted else {
                     metrics.increment("switchboard_connections_refused_total", ["reason": ErrorCode.rateLimited.rawValue])
-                    server?.close(connection, code: 1008, reason: "too many connects for this identity (connects_per_identity_per_minute)")
+                    server?.close(connection, code: CloseCode.policyViolation, reason: "too many connects for this identity (connects_per_identity_per_minute)")
                     return
                 }
                 hub.connected(connection, claims: token.claims, app: token.app, resume: resume, deviceID: deviceID, secretTag: token.secretTag)
