@@ -23,13 +23,13 @@ start_node() {  # start_node NAME [SERVE_ARGS...]: a node on core 0 on the share
   until curl -sf "http://127.0.0.1:$node_port/readyz" >/dev/null; do sleep 0.05; done
 }
 
-cluster_relay() {  # cluster_relay NAME SENDER_URL RECEIVER_URL PIDS...: the paced relay from core 1; CPU of PIDS
+cluster_relay() {  # cluster_relay NAME SENDER_PORT RECEIVER_PORT PIDS...: the paced relay (bench/wsload.c) from core 1; CPU of PIDS
   local name=$1 sender=$2 receiver=$3; shift 3
   local before=0 after=0 pid
   for pid in "$@"; do before=$((before + $(cpu_ticks "$pid"))); done
   local start_steal; start_steal=$(steal_ticks)
-  taskset -c 1 "$bin/switchboard-bench" relay --server "$sender" --receiver-server "$receiver" --api-key "$cluster_key" \
-    --api-secret "$cluster_secret" --pairs "$cluster_pairs" --messages "$cluster_messages" --rate "$cluster_rate" >"$out/cluster-result"
+  taskset -c 1 "$out/wsload" relay --port "$sender" --receiver-port "$receiver" --key "$cluster_key" \
+    --secret "$cluster_secret" --pairs "$cluster_pairs" --messages "$cluster_messages" --rate "$cluster_rate" >"$out/cluster-result"
   for pid in "$@"; do after=$((after + $(cpu_ticks "$pid"))); done
   local end_steal; end_steal=$(steal_ticks)
   python3 bench/run_row.py "$name" "$out/cluster-result" --server-ticks "$((after - before))" \
@@ -40,7 +40,7 @@ for run in $(seq 1 "$runs"); do
   # One node: both members of each room on it.
   start_node "single-$run"
   single=$node_pid
-  cluster_relay one-node "ws://127.0.0.1:$node_port" "ws://127.0.0.1:$node_port" "$single"
+  cluster_relay one-node "$node_port" "$node_port" "$single"
   stop "$single"
 
   # Two nodes: each room runs on the receivers' node; every signal crosses from the sender's
@@ -50,7 +50,7 @@ for run in $(seq 1 "$runs"); do
   node_a=$node_pid port_a=$node_port
   start_node "b-$run" "${cluster_args[@]}" --node-id "bench-b-$run"
   node_b=$node_pid port_b=$node_port
-  cluster_relay two-nodes "ws://127.0.0.1:$port_a" "ws://127.0.0.1:$port_b" "$node_a" "$node_b" "$redis_pid"
+  cluster_relay two-nodes "$port_a" "$port_b" "$node_a" "$node_b" "$redis_pid"
   stop "$node_a" "$node_b"
 done
 
@@ -75,6 +75,63 @@ for run in $(seq 1 "$runs"); do
   done
 done
 stop "$haproxy_pid" "$connect_node"
+# Call setup across nodes: callers on one node, their callees' sessions (and phones, through the
+# APNs sandbox) on another, at $setup_rate calls/s; beside the same on one node, same store.
+setup_rate="${CLUSTER_SETUP_RATE:-500}"
+setup_seconds="${CLUSTER_SETUP_SECONDS:-20}"
+[ -f "$out/push-key.p8" ] || openssl ecparam -name prime256v1 -genkey -noout 2>/dev/null | openssl pkcs8 -topk8 -nocrypt -out "$out/push-key.p8"
+start_sandbox 1 "$out/cluster-sandbox"
+setup_args=(--apns-url "$sandbox_url" --apns-ca-file "$sandbox_cert" --invites-per-minute 100000 --invites-per-pair-per-minute 10000)
+setup_run() {  # setup_run NAME CALLER_PORT CALLEE_PORT PIDS...: a warm-up, then the calls from core 1; CPU of PIDS
+  local name=$1 caller=$2 callee=$3; shift 3
+  taskset -c 1 "$bin/switchboard-bench" calls --server "ws://127.0.0.1:$caller" --callee-server "ws://127.0.0.1:$callee" \
+    --api-key "$cluster_key" --api-secret "$cluster_secret" --rate 100 --seconds 1 --callers 5 --callees 5 >/dev/null
+  local before=0 after=0 pid
+  for pid in "$@"; do before=$((before + $(cpu_ticks "$pid"))); done
+  local start_steal; start_steal=$(steal_ticks)
+  taskset -c 1 "$bin/switchboard-bench" calls --server "ws://127.0.0.1:$caller" --callee-server "ws://127.0.0.1:$callee" \
+    --api-key "$cluster_key" --api-secret "$cluster_secret" --rate "$setup_rate" --seconds "$setup_seconds" >"$out/setup-result"
+  for pid in "$@"; do after=$((after + $(cpu_ticks "$pid"))); done
+  local end_steal; end_steal=$(steal_ticks)
+  python3 bench/run_row.py "$name" "$out/setup-result" --server-ticks "$((after - before))" \
+    --steal "$start_steal" "$end_steal" >>"$out/cluster.jsonl"
+}
+push_key() {  # push_key ID: the app's APNs key under a key id of its own (the sandbox refuses a key whose token changes too often)
+  "$bin/switchboard" app push-key --api-key "$cluster_key" --key-file "$out/push-key.p8" --team-id TEAM123456 \
+    --key-id "$1" --store-url "$store" >/dev/null
+}
+for run in $(seq 1 "$runs"); do
+  push_key "$(printf 'S%09d' "$run")"
+  start_node "setup-one-$run" "${setup_args[@]}"
+  single=$node_pid
+  setup_run setup-one-node "$node_port" "$node_port" "$single"
+  stop "$single"
+
+  push_key "$(printf 'C%09d' "$run")"
+  start_node "setup-a-$run" "${cluster_args[@]}" --node-id "setup-a-$run" "${setup_args[@]}"
+  node_a=$node_pid port_a=$node_port
+  start_node "setup-b-$run" "${cluster_args[@]}" --node-id "setup-b-$run" "${setup_args[@]}"
+  node_b=$node_pid port_b=$node_port
+  setup_run setup-two-nodes "$port_a" "$port_b" "$node_a" "$node_b" "$redis_pid"
+  stop "$node_a" "$node_b"
+done
+stop "$sandbox_pid"
+
+# Takeover: a ringing call's owner killed (SIGKILL); the time until its callee's answer, sent
+# again every 100 ms to the other node, is accepted. At the default lease and at 3 s.
+for run in $(seq 1 "$runs"); do
+  for lease in 15 3; do
+    start_node "takeover-a-$run-$lease" "${cluster_args[@]}" --node-id "takeover-a-$run-$lease" --call-lease-seconds "$lease"
+    node_a=$node_pid port_a=$node_port
+    start_node "takeover-b-$run-$lease" "${cluster_args[@]}" --node-id "takeover-b-$run-$lease" --call-lease-seconds "$lease"
+    node_b=$node_pid port_b=$node_port
+    "$venv/bin/python" bench/takeover.py "ws://127.0.0.1:$port_a" "ws://127.0.0.1:$port_b" "$cluster_key" "$cluster_secret" \
+      "$node_a" "$lease" >>"$out/cluster.jsonl"
+    wait "$node_a" 2>/dev/null || true
+    stop "$node_b"
+  done
+done
+
 stop "$redis_pid"
 cat "$out/cluster.jsonl"
-write_section "## Cluster:" cluster_report.py "$out/cluster.jsonl" "$runs" "$cluster_rate" "$cluster_pairs" "$cluster_messages"
+write_section "## Cluster:" cluster_report.py "$out/cluster.jsonl" "$runs" "$cluster_rate" "$cluster_pairs" "$cluster_messages" "$setup_rate"

@@ -1,7 +1,7 @@
 """The cluster section of BENCHMARKS.md on stdout, from the runs' JSON lines (bench/cluster.sh:
 the paced relay runs and the connect runs, each via bench/run_row.py).
 
-    cluster_report.py RUNS_JSONL RUNS RATE PAIRS MESSAGES
+    cluster_report.py RUNS_JSONL RUNS RATE PAIRS MESSAGES [SETUP_RATE]
 """
 
 import sys
@@ -11,6 +11,7 @@ from benchlib import measured, pick, read_jsonl
 
 rows = read_jsonl(sys.argv[1])
 runs, rate, pairs, messages = sys.argv[2:6]
+setup_rate = int(sys.argv[6]) if len(sys.argv) > 6 else 0
 
 
 def per_signal(name):
@@ -31,11 +32,68 @@ straight, balanced = median("connects-straight", "connects_per_second"), median(
 connect_runs = ", ".join(
     f"{a['connects_per_second']:,.0f} / {b['connects_per_second']:,.0f}"
     for a, b in zip(pick(rows, name="connects-straight"), pick(rows, name="connects-haproxy")))
+
+
+def setup_section():
+    if not pick(rows, name="setup-two-nodes"):
+        return ""
+    def line(name, label):
+        return (f"| {label} | {median(name, 'calls_per_second'):,.0f} | {median(name, 'reply_p50_us') / 1000:.2f} ms | "
+                f"**{median(name, 'reply_p99_us') / 1000:.2f} ms** | {median(name, 'invite_p50_us') / 1000:.2f} ms | "
+                f"**{median(name, 'invite_p99_us') / 1000:.2f} ms** | "
+                f"{benchlib.median(pick(rows, name=name), lambda r: r['server_cpu_seconds'] / r['created'] * 1e6):,.0f} µs |")
+    def each(name):
+        return ", ".join(f"{r['reply_p99_us'] / 1000:.2f} / {r['invite_p99_us'] / 1000:.2f} ms ({r['steal_share']:.0%})"
+                         for r in pick(rows, name=name))
+    failed = sum(r["failed"] for r in rows if r["name"].startswith("setup-"))
+    return f"""
+**Call setup across nodes.** Callers on node A start {setup_rate} calls/s (`switchboard-bench
+calls --callee-server`, 50 callers, 500 callees, each call ringing one callee); each callee has
+a session on node B and a phone registered for VoIP pushes, which go to the APNs sandbox (core
+1). Beside it, the same on one node (callers and callees on it, same PostgreSQL store). Reply:
+`call.create` sent to its `ok`; invite: sent to the callee's session receiving `call.incoming`.
+Server CPU counts the nodes, and Redis for the cluster. Medians of {runs} runs; failed calls, all
+runs: {failed}.
+
+| where | calls/s | reply p50 | reply p99 | invite p50 | invite p99 | server CPU per call |
+|---|---|---|---|---|---|---|
+{line('setup-one-node', 'one node')}
+{line('setup-two-nodes', 'caller on A, callee on B')}
+
+Each run, reply p99 / invite p99 (steal): one node {each('setup-one-node')}; two nodes
+{each('setup-two-nodes')}. Goal: p99 ≤ 10 ms with the host quiet.
+"""
+
+
+def takeover_section():
+    mine = pick(rows, name="takeover")
+    if not mine:
+        return ""
+    leases = sorted({r["lease_seconds"] for r in mine}, reverse=True)
+    lines = "\n".join(
+        f"| {lease} s{' (default)' if lease == 15 else ''} | **{benchlib.median([r for r in mine if r['lease_seconds'] == lease], 'seconds'):.1f} s** | "
+        + ", ".join(f"{r['seconds']:.1f} s" for r in mine if r["lease_seconds"] == lease) + " |"
+        for lease in leases)
+    return f"""
+**Takeover.** Two nodes; a call created on node A rings its callee, whose session is on node B;
+node A is killed (SIGKILL); the callee answers, again every 100 ms, through node B, until the
+answer is accepted (`bench/takeover.py`). The time is from the kill to the accepted answer:
+the call's lease running out in the store and in Redis, then node B's sweep (every third of
+the lease) taking it over.
+
+| `call_lease_seconds` | kill to answered, median | each run |
+|---|---|---|
+{lines}
+
+Goal: ≤ 5 s.
+"""
+
+
 print(f"""## Cluster: CPU per signal between members on two nodes
 
 {measured()}
 {pairs} pairs of WebSocket clients, each pair alone in a room, relaying {rate} signals/s in all
-(`switchboard-bench relay --rate`, {messages} signals per run) from core 1; the servers on core 0.
+(`bench/wsload.c relay --rate`, {messages} signals per run) from core 1; the servers on core 0.
 One node: both members of every room on one `switchboard serve` (PostgreSQL store). Two nodes: a
 cluster (`cluster_redis_url`) whose receivers are on node B (each room runs there) and senders
 on node A: every signal goes A → Redis → B. The CPU counted is the servers' (both nodes and
@@ -56,4 +114,4 @@ churn`, 64 at a time, each opening a session and closing) to one node of the clu
 and through HAProxy configured as docs/scaling.md says (HAProxy on the servers' core),
 alternating: **{straight:,.0f}/s straight, {balanced:,.0f}/s through HAProxy** ({balanced / straight:.0%}).
 Each run, straight / through: {connect_runs}.
-""")
+{setup_section()}{takeover_section()}""")

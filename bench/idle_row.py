@@ -1,4 +1,4 @@
-"""One run of the idle section as a JSON line on stdout, from `switchboard-bench idle`'s output
+"""One run of the idle section as a JSON line on stdout, from `bench/wsload.c idle`'s output
 (its first JSON line, once the connections are in, and its last, after the hold): connects per
 second, the server's resident memory per connection and its CPU share while holding them.
 
@@ -13,4 +13,5 @@ lines = [json.loads(line) for line in open(path) if line.startswith("{")]
 up, held = lines[0], lines[-1]
 print(json.dumps({"name": name, "connections": up["connections"], "connects_per_second": up["connects_per_second"],
                   "bytes_per_connection": (connected - before) * 1024 / up["connections"],
-                  "keepalive_cpu_share": ticks / 100 / hold, "closed_while_held": held.get("closed_while_held")}))
+                  "keepalive_cpu_share": ticks / 100 / hold, "closed_while_held": held.get("closed_while_held"),
+                  "pings_per_second": (held.get("pings_answered") or 0) / hold}))

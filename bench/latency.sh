@@ -41,19 +41,19 @@ for run in $(seq 1 "$runs"); do
   stall_probe none
   if chrt -f 50 true 2>/dev/null; then stall_probe_rt; fi
   start_switchboard "$out/stalls-$run"
-  hold_idle "ws://127.0.0.1:$port" "$key" "$secret" 3600
+  hold_idle "$port" "$key" "$secret" 3600
   stall_probe idle
   stop "$generator" "$server"
 done
 cat "$out/stalls.jsonl"
 
-latency_run() {  # latency_run NAME PID URL KEY SECRET RATE [IDLE]: IDLE ($idle) idle connections, then the paced relay, both on core 1
-  local name=$1 pid=$2 url=$3 key=$4 secret=$5 rate=$6 idle=${7:-$idle}
+latency_run() {  # latency_run NAME PID PORT KEY SECRET RATE [IDLE]: IDLE ($idle) idle connections, then the paced relay, both on core 1
+  local name=$1 pid=$2 port=$3 key=$4 secret=$5 rate=$6 idle=${7:-$idle}
   local generator=
-  if [ "$idle" -gt 0 ]; then hold_idle "$url" "$key" "$secret" 3600; fi
+  if [ "$idle" -gt 0 ]; then hold_idle "$port" "$key" "$secret" 3600; fi
   local start_ticks; start_ticks=$(cpu_ticks "$pid")
   local start_steal; start_steal=$(steal_ticks)
-  "${priority[@]}" taskset -c 1 "$bin/switchboard-bench" relay --server "$url" --api-key "$key" --api-secret "$secret" \
+  "${priority[@]}" taskset -c 1 "$out/wsload" relay --port "$port" --key "$key" --secret "$secret" \
     --pairs "$pairs" --messages $((rate * seconds)) --rate "$rate" >"$out/result"
   local end_ticks; end_ticks=$(cpu_ticks "$pid")
   local end_steal; end_steal=$(steal_ticks)
@@ -62,17 +62,43 @@ latency_run() {  # latency_run NAME PID URL KEY SECRET RATE [IDLE]: IDLE ($idle)
     --steal "$start_steal" "$end_steal" >>"$out/latency.jsonl"
 }
 
+# The latency reference: the C epoll echo on core 0 at the same paced rate, messages of the
+# signal's size round robin over as many connections as the relay's pairs, with as many idle
+# connections open to it; the round trip is the reference's latency.
+echo_run() {  # echo_run NAME RATE
+  local name=$1 rate=$2
+  taskset -c 0 "$out/loopback" server 18395 >"$out/echo.out" 2>&1 &
+  server=$!
+  wait_for "$out/echo.out" listening
+  local start_ticks; start_ticks=$(cpu_ticks "$server")
+  local start_steal; start_steal=$(steal_ticks)
+  taskset -c 1 "$out/loopback" paced 18395 "$pairs" "$rate" $((rate * seconds)) 300 "$idle" >"$out/result"
+  local end_ticks; end_ticks=$(cpu_ticks "$server")
+  local end_steal; end_steal=$(steal_ticks)
+  python3 bench/run_row.py "$name" "$out/result" --server-ticks "$((end_ticks - start_ticks))" \
+    --steal "$start_steal" "$end_steal" >>"$out/latency.jsonl"
+  stop "$server"
+}
+ratio_rate="${LATENCY_RATIO_RATE:-10000}"
+
 for run in $(seq 1 "$runs"); do
+  # The ratio: Switchboard's relay and the C echo at the same rate, the same idle connections
+  # open, one after the other.
+  start_switchboard "$out/latency-$run-ratio" --messages-per-second 100000 --message-burst 100000
+  latency_run switchboard-ratio "$server" "$port" "$key" "$secret" "$ratio_rate"
+  stop "$server"
+  echo_run echo-ratio "$ratio_rate"
+
   for each_rate in "$rate" "$common_rate"; do
     start_switchboard "$out/latency-$run-$each_rate" --messages-per-second 100000 --message-burst 100000
-    latency_run switchboard "$server" "ws://127.0.0.1:$port" "$key" "$secret" "$each_rate"
+    latency_run switchboard "$server" "$port" "$key" "$secret" "$each_rate"
     stop "$server"
   done
 
   # The same rate with no idle connection open: what the machine's descriptor scan (see the
   # section) adds.
   start_switchboard "$out/latency-$run-bare" --messages-per-second 100000 --message-burst 100000
-  latency_run switchboard-bare "$server" "ws://127.0.0.1:$port" "$key" "$secret" "$rate" 0
+  latency_run switchboard-bare "$server" "$port" "$key" "$secret" "$rate" 0
   stop "$server"
 
   # The server and the relay generator at real-time priority, which no other process of the
@@ -80,7 +106,7 @@ for run in $(seq 1 "$runs"); do
   if chrt -f 10 true 2>/dev/null; then
     priority=(chrt -f 10)
     start_switchboard "$out/latency-$run-rt" --messages-per-second 100000 --message-burst 100000
-    latency_run switchboard-rt "$server" "ws://127.0.0.1:$port" "$key" "$secret" "$rate"
+    latency_run switchboard-rt "$server" "$port" "$key" "$secret" "$rate"
     stop "$server"
     priority=()
   else
@@ -88,8 +114,8 @@ for run in $(seq 1 "$runs"); do
   fi
 
   start_reference 18394
-  latency_run websockets "$server" "ws://127.0.0.1:18394" none none "$common_rate"
+  latency_run websockets "$server" 18394 none none "$common_rate"
   stop "$server"
 done
 cat "$out/latency.jsonl"
-write_section "## Latency:" latency_report.py "$out/latency.jsonl" "$runs" "$idle" "$rate" "$pairs" "$common_rate" "$out/stalls.jsonl"
+write_section "## Latency:" latency_report.py "$out/latency.jsonl" "$runs" "$idle" "$rate" "$pairs" "$common_rate" "$out/stalls.jsonl" "$ratio_rate"

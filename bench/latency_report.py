@@ -1,7 +1,7 @@
 """The latency section of BENCHMARKS.md on stdout, from the paced runs' JSON lines (bench/latency.sh,
 via bench/run_row.py) and the stall probe's (bench/stall_probe.c).
 
-    latency_report.py RUNS_JSONL RUNS IDLE RATE PAIRS COMMON_RATE STALLS_JSONL
+    latency_report.py RUNS_JSONL RUNS IDLE RATE PAIRS COMMON_RATE STALLS_JSONL [RATIO_RATE]
 """
 
 import sys
@@ -11,6 +11,7 @@ from benchlib import measured, median, pick, read_jsonl
 rows = read_jsonl(sys.argv[1])
 runs, idle, rate, pairs, common = sys.argv[2:7]
 probes = read_jsonl(sys.argv[7])
+ratio_rate = int(sys.argv[8]) if len(sys.argv) > 8 else 0
 
 
 def stalls(label):
@@ -43,6 +44,33 @@ def runs_with_steal(name, label, at):
         f"{r['p99_us'] / 1000:.2f} ms ({r.get('steal_share', 0):.0%})" for r in runs_at(name, at))
 
 
+def ratio_section():
+    ours, echo = runs_at('switchboard-ratio', ratio_rate), runs_at('echo-ratio', ratio_rate)
+    if not ours or not echo:
+        return ""
+    pairs_of = list(zip(ours, echo))
+    each = ", ".join(f"{a['p99_us'] / 1000:.2f} / {b['p99_us'] / 1000:.2f} ms = {a['p99_us'] / b['p99_us']:.2f}× "
+                     f"(steal {a.get('steal_share', 0):.0%}, {b.get('steal_share', 0):.0%})" for a, b in pairs_of)
+    ratios = sorted(a['p99_us'] / b['p99_us'] for a, b in pairs_of)
+    return f"""### The ratio to a C reference at {ratio_rate:,} signals/s with {int(idle):,} idle connections
+
+Switchboard's relay (`bench/wsload.c relay --rate`: {pairs} pairs, send to delivery) and the C
+epoll echo (`bench/loopback.c paced`: as many connections, messages of the signal's size, send
+to echo) at the same paced rate, each with {int(idle):,} idle connections open to it, one right
+after the other in each run. The echo's round trip is what this machine's loopback, scheduler
+and stalls give any server; the ratio is what Switchboard adds. Goal: ≤ 1.5×.
+
+| | p50 ms | p99 ms | p99.9 ms | server CPU |
+|---|---|---|---|---|
+| Switchboard | {ms('switchboard-ratio', ratio_rate, 'p50_us')} | **{ms('switchboard-ratio', ratio_rate, 'p99_us')}** | {ms('switchboard-ratio', ratio_rate, 'p999_us')} | {share('switchboard-ratio', ratio_rate)} |
+| C epoll echo, reference | {ms('echo-ratio', ratio_rate, 'p50_us')} | **{ms('echo-ratio', ratio_rate, 'p99_us')}** | {ms('echo-ratio', ratio_rate, 'p999_us')} | {share('echo-ratio', ratio_rate)} |
+
+p99 ratio, median of the runs' ratios: **{ratios[len(ratios) // 2]:.2f}×** (each run,
+Switchboard / echo: {each}).
+
+"""
+
+
 rt_label = "Switchboard, it and the relay generator at real-time priority (`chrt -f 10`)"
 rt_row = row('switchboard-rt', rt_label, rate) + "\n" if runs_at('switchboard-rt', rate) else ""
 rt_steal = runs_with_steal('switchboard-rt', 'Switchboard at real-time priority', rate) + "\n" if runs_at('switchboard-rt', rate) else ""
@@ -53,14 +81,14 @@ rt_probe = (f"; at real-time priority (`chrt -f 50`, one core at a time, in 500 
 print(f"""## Latency: signals at half load with {int(idle):,} idle connections
 
 {measured()}
-{int(idle):,} authenticated idle WebSockets held open (`switchboard-bench idle`), then {pairs} pairs
-send signals at a steady rate (`switchboard-bench relay --rate`: every 200 µs the signals due,
+{int(idle):,} authenticated idle WebSockets held open (`bench/wsload.c idle`), then {pairs} pairs
+send signals at a steady rate (`bench/wsload.c relay --rate`: every 100 µs the signals due,
 round robin, each stamped with its send time; latency is send to delivery at the receiving
 client). Two rates: half of Switchboard's saturation throughput above ({int(rate):,}/s, more
 than the reference relay carries at all), and half of the reference's ({int(common):,}/s), run
 on both. Both generators run on core 1, the server on core 0. Medians of {runs} runs.
 
-| server | signals/s | p50 ms | p99 ms | p99.9 ms | server CPU |
+{ratio_section()}| server | signals/s | p50 ms | p99 ms | p99.9 ms | server CPU |
 |---|---|---|---|---|---|
 {row('switchboard', 'Switchboard', rate)}
 {rt_row}{bare_row}{row('switchboard', 'Switchboard', common)}

@@ -66,9 +66,14 @@ start_sandbox() {  # start_sandbox CORE DIR: switchboard apns-sandbox on CORE; s
   sandbox_cert=$(sed -n 's/^certificate: *\(.*\)$/\1/p' "$out/sandbox.out")
 }
 
-hold_idle() {  # hold_idle URL KEY SECRET HOLD_SECONDS: $idle idle connections from core 1; sets generator once they are in
-  taskset -c 1 "$bin/switchboard-bench" idle --server "$1" --api-key "$2" --api-secret "$3" \
+# The load generator (bench/wsload.c): C on one epoll loop, so that it is not what saturates.
+cc -O2 -Wall -o "$out/wsload" bench/wsload.c -lcrypto
+cc -O2 -Wall -o "$out/loopback" bench/loopback.c
+
+hold_idle() {  # hold_idle PORT KEY SECRET HOLD_SECONDS: $idle idle connections from core 1; sets generator once they are in
+  taskset -c 1 "$out/wsload" idle --port "$1" --key "$2" --secret "$3" \
     --connections "$idle" --hold "$4" >"$out/idle.out" &
   generator=$!
-  for _ in $(seq 1 1200); do grep -q '"connected"' "$out/idle.out" 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 1200); do grep -q '"connected"' "$out/idle.out" 2>/dev/null && return 0; sleep 0.1; done
+  echo "the idle connections did not open in 120 s" >&2; return 1
 }

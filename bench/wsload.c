@@ -498,10 +498,18 @@ static int relay(int port, int receiver_port) {
         snprintf(join, sizeof join, "{\"type\":\"room.join\",\"id\":1,\"data\":{\"room\":\"%s%d\"}}", room_prefix, i);
         send_text(&conns[2 * i + 1], join);
     }
-    long total = per_pair * pairs;
+    long total = per_pair * pairs, last_delivered = -1;
+    double last_progress = now();
     while (delivered < total) {
         turn(100, timer_fd);
         if (closed_count) fail("a connection closed during the run", NULL);
+        if (delivered != last_delivered) last_delivered = delivered, last_progress = now();
+        if (now() - last_progress > 15) {
+            char counts[200];
+            snprintf(counts, sizeof counts, "%d of %d rooms joined, %d of %d senders in, %ld sent, %ld of %ld delivered", joined, pairs,
+                     senders_ready, pairs, rate ? paced_sent : total, delivered, total);
+            fail("nothing delivered for 15 s", counts);
+        }
     }
     double seconds = now() - started;
     printf("{\"messages_per_second\": %.0f, \"delivered\": %ld, \"seconds\": %.3f, \"pairs\": %d, \"generator\": \"c\"",
