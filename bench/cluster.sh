@@ -81,7 +81,7 @@ setup_rate="${CLUSTER_SETUP_RATE:-500}"
 setup_seconds="${CLUSTER_SETUP_SECONDS:-20}"
 [ -f "$out/push-key.p8" ] || openssl ecparam -name prime256v1 -genkey -noout 2>/dev/null | openssl pkcs8 -topk8 -nocrypt -out "$out/push-key.p8"
 start_sandbox 1 "$out/cluster-sandbox"
-setup_args=(--apns-url "$sandbox_url" --apns-ca-file "$sandbox_cert" --invites-per-minute 100000 --invites-per-pair-per-minute 10000)
+setup_args=(--apns-url "$sandbox_url" --apns-ca-file "$sandbox_cert" --invites-per-minute 10000 --invites-per-pair-per-minute 10000)
 setup_run() {  # setup_run NAME CALLER_PORT CALLEE_PORT PIDS...: a warm-up, then the calls from core 1; CPU of PIDS
   local name=$1 caller=$2 callee=$3; shift 3
   taskset -c 1 "$bin/switchboard-bench" calls --server "ws://127.0.0.1:$caller" --callee-server "ws://127.0.0.1:$callee" \

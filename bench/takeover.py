@@ -58,12 +58,14 @@ def main():
         attempt += 1
         callee.send(json.dumps({"type": "call.answer", "id": 100 + attempt, "data": {"call_id": call_id}}))
         answer = wait_for(callee, lambda m: m.get("id") == 100 + attempt, seconds=60)
+        if attempt == 1:
+            first = {"first_reply_seconds": round(time.monotonic() - killed, 3), "first_reply": answer.get("error", {}).get("code", "ok")}
         if answer.get("type") == "ok":
             break
         if time.monotonic() - killed > 60:
             sys.exit(f"no node took the call over in 60 s: {answer}")
         time.sleep(0.1)
-    print(json.dumps({"name": "takeover", "lease_seconds": int(lease), "seconds": round(time.monotonic() - killed, 3), "attempts": attempt}))
+    print(json.dumps({"name": "takeover", "lease_seconds": int(lease), "seconds": round(time.monotonic() - killed, 3), "attempts": attempt, **first}))
     callee.close()
 
 
