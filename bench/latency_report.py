@@ -68,6 +68,19 @@ and stalls give any server; the ratio is what Switchboard adds. Goal: ≤ 1.5×.
 p99 ratio, median of the runs' ratios: **{ratios[len(ratios) // 2]:.2f}×** (each run,
 Switchboard / echo: {each}).
 
+Why the goal is missed, as far as it is understood (found by hand on 2026-12-04 with
+`perf` and the same generators): the idle connections cost the server no CPU (at 10,000
+signals/s its CPU was the same, 48% of the core, with none and with 10,000 open), but its p99
+went from 0.22 ms with none to 0.75 ms with them. They are 20,000 descriptors, and with that
+many open this machine takes a core for 15-40 ms every few seconds (the stall probe below).
+Both servers lose the same stalls; what differs is how long the backlog takes to drain: paced,
+a signal costs the server one read and two writes (the relay and the `ok` reply), and the
+loopback stack's delivery to the receiving process is charged to the writer (53% of the
+server's profile is the kernel), so at 10,000/s the server is about half busy against the
+echo's sixth, and a stall's backlog delays several times more signals, past the 1% a p99
+leaves out. Closing the gap needs fewer system calls per signal (a signal sent without an `id`
+answered by no reply is a protocol change not made yet), or a host without these stalls.
+
 """
 
 

@@ -409,7 +409,7 @@ static void write_ready(conn_t *c) {
         int error = 0;
         socklen_t size = sizeof error;
         getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &error, &size);
-        if (error) fail("connect failed", strerror(error));
+        if (error) return schedule_retry(c, strerror(error));  /* refused: try again in a second */
         char identity[64], jwt[1024], request[1600];
         const char *grants = "{}";
         if (c->role == IDLE) {
