@@ -48,9 +48,10 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         system.delegate = self
     }
 
-    /// Follows the client's events (call them before or after `client.connect()`).
+    /// Follows the client's events (call them before or after `client.connect()`), across
+    /// `client.disconnect()` and a later `connect()` too: once is enough.
     public func start() {
-        let events = client.events()
+        let events = client.lastingEvents()
         listening.withLock { task in
             task?.cancel()
             task = Task { [weak self] in
@@ -160,12 +161,18 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     /// Handles a VoIP push. Reports a call to the system **before returning**, whatever the
     /// payload holds (a malformed, stale or unknown call is reported, then ended once the system
     /// has shown it), then connects and asks the server for the call's state to end it at once
-    /// if it is over. `mustReport` is PushKit's (iOS 26.4): false lets a push for a call already
-    /// ringing here go unreported.
+    /// if it is over. `mustReport` is PushKit's (iOS 26.4): false says the system needs no
+    /// report for this push, and then nothing is shown for a push with nothing to ring for: a
+    /// call this phone knows (ringing, or over), a malformed payload, a ring that expired.
     public func handleIncomingVoIPPush(payload: [String: Any], mustReport: Bool = true, completion: @escaping @Sendable () -> Void) {
         let push = IncomingPush(payload)
         let id = push.callID ?? UUID()
         let now = Date()
+        let expired = isExpired(push, at: now)
+        if !mustReport, push.callID == nil || expired || calls.withLock({ $0[id] != nil }) {
+            completion()
+            return
+        }
         update(id, create: { PhoneCall.incoming(id, update: push.update) }) { $0.reportAgain(mustReport: mustReport) }
         completion()
 
@@ -174,12 +181,40 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             update(id) { $0.end(.failed, at: now) }
             return
         }
-        if let expires = push.ringExpiresAtMillis, expires / 1000 < now.timeIntervalSince1970 - 5 {
+        if expired {
             update(id) { $0.end(.unanswered, at: now) }
             return
         }
-        track { [self] in await reconcile(id) }
+        let ringLeft = ringLeft(push, at: now)
+        track { [self] in await reconcile(id, ringLeft: ringLeft) }
     }
+
+    /// How long a pushed call has left to ring, on this device's clock: until the push's
+    /// `ring_expires_at` (with the server clock's offset when known, else the ring's whole
+    /// length from now), at most five minutes; nil when the push does not say.
+    private func ringLeft(_ push: IncomingPush, at now: Date) -> Duration? {
+        guard let expires = push.ringExpiresAtMillis else { return nil }
+        let seconds: TimeInterval
+        if let offset = client.serverClockOffset {
+            seconds = expires / 1000 - (now.timeIntervalSince1970 + offset)
+        } else if let created = push.createdAtMillis {
+            seconds = (expires - created) / 1000
+        } else {
+            return nil
+        }
+        return .milliseconds(Int64(min(300, max(0, seconds)) * 1000))
+    }
+
+    /// Whether a push's ring is over, on the server's clock: the device's clock may be off by
+    /// any amount (set by hand, ahead by minutes), so the offset the last session measured is
+    /// taken into account, and without one nothing is taken as expired (the server is asked).
+    private func isExpired(_ push: IncomingPush, at now: Date) -> Bool {
+        guard let expires = push.ringExpiresAtMillis, let offset = client.serverClockOffset else { return false }
+        return expires / 1000 < now.timeIntervalSince1970 + offset - Self.clockTolerance
+    }
+
+    /// Slack for the server clock offset measured at connect (half a round trip, drift since).
+    static let clockTolerance: TimeInterval = 5
 
     /// Handles an alert push for a call on a device without CallKit (region policy
     /// `.noCallKit`): the app rings in its own UI (`InAppCallSystem`). Unlike a VoIP push,
@@ -236,8 +271,14 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
 
     /// Connects if needed and ends the call if the server says it is over. A call answered here
     /// ends only after a lost session (otherwise its own events end it).
-    private func reconcile(_ id: UUID, sessionLost: Bool = false) async {
-        let deadline = ContinuousClock.now + serverTimeout
+    ///
+    /// A pushed call (`ringLeft`) rings on while the server cannot be reached (a locked phone
+    /// whose token provider cannot read its credentials yet, a slow network), until its ring
+    /// is over, not only `serverTimeout`; then it ends as unanswered, and the server hears
+    /// this device gave up (`call.decline`, filtered `unreachable`) once it can.
+    private func reconcile(_ id: UUID, sessionLost: Bool = false, ringLeft: Duration? = nil) async {
+        let ringing = ringLeft.map { $0 > serverTimeout } ?? false
+        let deadline = ContinuousClock.now + (ringing ? ringLeft! : serverTimeout)
         while ContinuousClock.now < deadline {
             do {
                 let summary = try await serverState(id)
@@ -257,7 +298,11 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                 try? await Task.sleep(for: .milliseconds(200))
             }
         }
-        update(id) { $0.end(.failed, at: Date()) }
+        let stillRinging = calls.withLock { $0[id]?.phase == .ringing }
+        update(id) { $0.end(ringing ? .unanswered : .failed, at: Date()) }
+        if stillRinging && !sessionLost {
+            send(MessageType.callDecline, CallActionRequest(callID: id.uuidString.lowercased(), reason: "filtered", filter: .unreachable))
+        }
     }
 
     /// The reason to show for a call the server reports, or nil while it still rings for us.
@@ -409,8 +454,10 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                     try await client.connect()
                     try await client.request(
                         MessageType.callAnswer, encoding: CallActionRequest(callID: callID), timeout: deadline - ContinuousClock.now)
+                    // The user may have ended the call while the confirmation was on its way:
+                    // the action is then failed, never left for the system to time out.
                     let confirmed = calls.withLock { $0[id]?.phase == .answering }
-                    if confirmed { completion.fulfill() }
+                    if confirmed { completion.fulfill() } else { completion.fail() }
                     update(id) { $0.answerConfirmed() }
                     return
                 } catch SwitchboardError.server(let error) {
@@ -450,8 +497,11 @@ public struct IncomingPush: Sendable {
     public var callID: UUID?
     /// What the call screen shows.
     public var update: CallUpdate
-    /// When ringing stops, in milliseconds since 1970, when the payload says.
+    /// When ringing stops, in milliseconds since 1970 on the server's clock, when the payload
+    /// says.
     public var ringExpiresAtMillis: Double?
+    /// When the call was created, on the server's clock, when the payload says.
+    public var createdAtMillis: Double?
 
     /// Reads a push payload as PushKit delivers it.
     public init(_ payload: [String: Any]) {
@@ -464,5 +514,6 @@ public struct IncomingPush: Sendable {
         let video = (payload["video"] as? Bool) ?? (payload["hasVideo"] as? Bool) ?? false
         update = CallUpdate(handle: handle, displayName: name, hasVideo: video)
         ringExpiresAtMillis = CallManager.number(payload["ring_expires_at"])
+        createdAtMillis = CallManager.number(payload["created_at"])
     }
 }

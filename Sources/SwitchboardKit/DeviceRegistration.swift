@@ -58,9 +58,190 @@ public struct DeviceRegistrar: Sendable {
         }
     }
 
+    /// `GET /v1/devices`: the user's devices, tokens shortened.
+    public func devices() async throws -> [JSONValue] {
+        try await client.connect()
+        guard let token = await client.token else { throw SwitchboardError.notConnected }
+        let (status, response) = try await http.get(client.serverURL.appendingPathComponent("v1/devices"), bearer: token)
+        guard status == 200 else {
+            if let error = try? JSONDecoder().decode(ErrorEnvelope.self, from: response) { throw SwitchboardError.server(error.error) }
+            throw SwitchboardError.invalidResponse("HTTP \(status)")
+        }
+        guard case .array(let devices)? = try JSONDecoder().decode(JSONValue.self, from: response)["devices"] else {
+            throw SwitchboardError.invalidResponse("GET /v1/devices gave no devices")
+        }
+        return devices
+    }
+
     /// Lower-case hex, two characters per byte.
     public static func hex(_ token: Data) -> String {
         token.map { String(format: "%02x", $0) }.joined()
+    }
+}
+
+/// Keeps this install's push tokens registered with the server, whatever order and however
+/// often PushKit and APNs hand them over.
+///
+/// A registration (`PUT /v1/devices/{id}`) replaces both tokens on the server, so two sent at
+/// once can land in either order: one with only the APNs token landing last wipes the VoIP
+/// token, and a phone with no VoIP token never rings while the app is killed. Here one
+/// registration runs at a time, always with every token known when it is sent; a failed one is
+/// retried (backing off up to a minute) until it lands; and the tokens are registered again
+/// after every connect (a sign-in, a server that lost them) and whenever `registerNow()` is
+/// called. `check()` compares the server's registry with the tokens held here.
+///
+/// ```swift
+/// let tokens = PushTokenRegistry(client: client, policy: policy, environment: APNsEnvironmentOfBuild.current,
+///                                bundleID: Bundle.main.bundleIdentifier, appVersion: version)
+/// tokens.start()
+/// // PushKitBridge(onToken: { token in Task { await tokens.setVoIPToken(token) } },
+/// //               onTokenInvalidated: { Task { await tokens.setVoIPToken(nil) } })
+/// // application(_:didRegisterForRemoteNotificationsWithDeviceToken:): await tokens.setAPNsToken(token)
+/// ```
+public actor PushTokenRegistry {
+    /// The connection to the server (its device id names this install).
+    public nonisolated let client: SwitchboardClient
+    /// Whether VoIP pushes are used at all (`.noCallKit`: no VoIP token is ever sent).
+    public nonisolated let policy: RegionPolicy
+    private let registrar: DeviceRegistrar
+    private let environment: String
+    private let bundleID: String?
+    private let appVersion: String?
+    private let maxBackoff: Duration
+
+    /// The VoIP token PushKit gave last (nil before, or after it was invalidated).
+    public private(set) var voipToken: Data?
+    /// The APNs token the app was given last.
+    public private(set) var apnsToken: Data?
+    /// The last registration's failure, nil once one landed.
+    public private(set) var lastError: (any Error)?
+    /// How many registrations landed.
+    public private(set) var registrations = 0
+
+    private var wanted = 0
+    private var landed = 0
+    private var worker: Task<Void, Never>?
+    private var following: Task<Void, Never>?
+
+    /// `environment`: `APNsEnvironmentOfBuild.current`; `bundleID`: the app's.
+    public init(
+        client: SwitchboardClient, policy: RegionPolicy, environment: String, bundleID: String?, appVersion: String?,
+        http: (any HTTPTransport)? = nil, maxBackoff: Duration = .seconds(60)
+    ) {
+        self.client = client
+        self.policy = policy
+        self.environment = environment
+        self.bundleID = bundleID
+        self.appVersion = appVersion
+        self.maxBackoff = maxBackoff
+        registrar = DeviceRegistrar(client: client, http: http)
+    }
+
+    /// Registers again after every connect of the client (a sign-in, a reconnect), from now on.
+    public func start() {
+        guard following == nil else { return }
+        let events = client.lastingEvents()
+        following = Task { [weak self] in
+            for await event in events {
+                guard let self else { return }
+                if case .connected(_, resumed: false) = event { await self.registerNow() }
+                if case .sessionReplaced = event { await self.registerNow() }
+            }
+        }
+    }
+
+    /// Stops following the client (the registrations under way finish).
+    public func stop() {
+        following?.cancel()
+        following = nil
+    }
+
+    /// PushKit's VoIP token, or nil when it was invalidated; registered with the APNs token.
+    public func setVoIPToken(_ token: Data?) {
+        guard token != voipToken else { return }
+        voipToken = token
+        registerNow()
+    }
+
+    /// The APNs token (`didRegisterForRemoteNotificationsWithDeviceToken`); registered with the
+    /// VoIP token.
+    public func setAPNsToken(_ token: Data?) {
+        guard token != apnsToken else { return }
+        apnsToken = token
+        registerNow()
+    }
+
+    /// Registers the tokens known now (after a sign-in: PushKit does not hand its token over
+    /// again). Returns at once; the registration runs after any under way, and is retried.
+    public func registerNow() {
+        guard voipToken != nil || apnsToken != nil else { return }
+        wanted += 1
+        guard worker == nil else { return }
+        worker = Task { await self.work() }
+    }
+
+    /// Waits until every registration asked for so far has landed.
+    public func settled() async {
+        while let worker { await worker.value }
+    }
+
+    private func work() async {
+        var backoff = Duration.milliseconds(500)
+        while landed < wanted {
+            let target = wanted
+            do {
+                try await registrar.register(
+                    voipToken: voipToken, apnsToken: apnsToken, environment: environment, bundleID: bundleID, appVersion: appVersion,
+                    policy: policy)
+                landed = target
+                registrations += 1
+                lastError = nil
+                backoff = .milliseconds(500)
+            } catch {
+                lastError = error
+                if Task.isCancelled { break }
+                try? await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, maxBackoff)
+            }
+        }
+        worker = nil
+    }
+
+    /// What the server's registry (`GET /v1/devices`, tokens shortened to their first 8
+    /// characters) says of this install, against the tokens held here.
+    public struct Check: Sendable, Equatable {
+        /// The server has this device at all.
+        public var registered: Bool
+        /// Its VoIP token is the one held here (both absent counts as matching).
+        public var voipTokenMatches: Bool
+        /// Its APNs token is the one held here.
+        public var apnsTokenMatches: Bool
+        /// Everything matches.
+        public var ok: Bool { registered && voipTokenMatches && apnsTokenMatches }
+
+        /// A check's result (tests compare with one).
+        public init(registered: Bool, voipTokenMatches: Bool, apnsTokenMatches: Bool) {
+            self.registered = registered
+            self.voipTokenMatches = voipTokenMatches
+            self.apnsTokenMatches = apnsTokenMatches
+        }
+    }
+
+    /// Asks the server which tokens it holds for this install (a self-check for a settings
+    /// screen or a support log).
+    public func check() async throws -> Check {
+        guard let deviceID = client.deviceID else { throw SwitchboardError.invalidResponse("the client has no device id") }
+        let devices = try await registrar.devices()
+        guard let mine = devices.first(where: { $0["device_id"]?.stringValue == deviceID }) else {
+            return Check(registered: false, voipTokenMatches: false, apnsTokenMatches: false)
+        }
+        func matches(_ held: Data?, _ shown: JSONValue?) -> Bool {
+            guard let held else { return shown?.stringValue == nil }
+            guard let shown = shown?.stringValue else { return false }
+            return shown.hasPrefix(String(DeviceRegistrar.hex(held).prefix(8)))
+        }
+        let voip = policy.registersVoIPPush ? voipToken : nil
+        return Check(registered: true, voipTokenMatches: matches(voip, mine["voip_token"]), apnsTokenMatches: matches(apnsToken, mine["apns_token"]))
     }
 }
 

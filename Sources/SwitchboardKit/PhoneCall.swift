@@ -106,8 +106,10 @@ struct PhoneCall: Equatable {
     /// Another push or invite for a known call. A push must be reported whatever it is for
     /// (PushKit), so it is: the system refuses a live duplicate (`callUUIDAlreadyExists`, which
     /// counts as a report), and a call that ended but is shown again is ended in the completion.
+    /// When the system says no report is needed (`mustReport` false, iOS 26.4), nothing is
+    /// shown again, live or ended (no ghost ring for a call declined or answered elsewhere).
     mutating func reportAgain(mustReport: Bool = true) -> [Effect] {
-        guard mustReport || isEnded else { return [] }
+        guard mustReport else { return [] }
         if case .refused = report { report = .pending }
         if report == .shown { report = .pending }
         return [.report(update)]

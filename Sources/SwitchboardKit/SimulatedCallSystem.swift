@@ -128,17 +128,28 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     /// Delivers a VoIP push the way PushKit does: `handler` runs synchronously and must report
     /// a call before it returns.
     public func deliverVoIPPush(_ payload: [String: Any], to handler: ([String: Any], @escaping @Sendable () -> Void) -> Void) {
+        deliverVoIPPush(payload, mustReport: true) { payload, _, completion in handler(payload, completion) }
+    }
+
+    /// Delivers a VoIP push as PushKit does from iOS 26.4 on, with its metadata's
+    /// `mustReport`: when true, `handler` must report a call before it returns; when false it
+    /// need not, and a report it makes is noted (the timeline says "reported").
+    public func deliverVoIPPush(
+        _ payload: [String: Any], mustReport: Bool, to handler: ([String: Any], Bool, @escaping @Sendable () -> Void) -> Void
+    ) {
         state.withLock {
             $0.pushInProgress = true
             $0.reportedDuringPush = false
-            $0.timeline.append("push delivered")
+            $0.timeline.append(mustReport ? "push delivered" : "push delivered (no report needed)")
         }
-        handler(payload) { [weak self] in self?.note("push completion called") }
+        handler(payload, mustReport) { [weak self] in self?.note("push completion called") }
         let reported = state.withLock { state -> Bool in
             state.pushInProgress = false
             return state.reportedDuringPush
         }
-        if !reported { violation("a VoIP push was not reported to the call UI before its handler returned: the app would be killed") }
+        if mustReport && !reported {
+            violation("a VoIP push was not reported to the call UI before its handler returned: the app would be killed")
+        }
     }
 
     // MARK: CallSystem

@@ -30,22 +30,25 @@ public enum ClientEvent: Sendable, Equatable {
 
 /// Fans client events out to every subscriber.
 final class Subscribers: Sendable {
-    private let continuations = Locked<[UUID: AsyncStream<ClientEvent>.Continuation]>([:])
+    private let continuations = Locked<[UUID: (continuation: AsyncStream<ClientEvent>.Continuation, lasting: Bool)]>([:])
 
-    func add() -> AsyncStream<ClientEvent> {
+    /// A new subscriber. `lasting`: it goes on across `disconnect()` and a later `connect()`
+    /// (the call manager's), instead of ending at the disconnect.
+    func add(lasting: Bool = false) -> AsyncStream<ClientEvent> {
         let (stream, continuation) = AsyncStream.makeStream(of: ClientEvent.self)
         let id = UUID()
-        continuations.withLock { $0[id] = continuation }
+        continuations.withLock { $0[id] = (continuation, lasting) }
         continuation.onTermination = { [weak self] _ in _ = self?.continuations.withLock { $0.removeValue(forKey: id) } }
         return stream
     }
 
     func yield(_ event: ClientEvent) {
-        for continuation in continuations.withLock({ Array($0.values) }) { continuation.yield(event) }
+        for subscriber in continuations.withLock({ Array($0.values) }) { subscriber.continuation.yield(event) }
     }
 
+    /// Ends every subscriber's stream but the lasting ones.
     func finish() {
-        for continuation in continuations.withLock({ Array($0.values) }) { continuation.finish() }
+        for subscriber in continuations.withLock({ Array($0.values) }) where !subscriber.lasting { subscriber.continuation.finish() }
     }
 }
 
@@ -89,6 +92,12 @@ public actor SwitchboardClient {
     /// Timing of the client.
     public nonisolated let options: Options
     private nonisolated let subscribers = Subscribers()
+    private nonisolated let clockOffset = Locked<TimeInterval?>(nil)
+
+    /// The server's clock less this device's, in seconds, from the last `session.welcome`
+    /// (nil before the first): what a time the server wrote (a push's `ring_expires_at`) is on
+    /// this device's clock, whichever way the device's clock is off.
+    public nonisolated var serverClockOffset: TimeInterval? { clockOffset.withLock { $0 } }
     private let tokenProvider: @Sendable () async throws -> String
     private let transport: any WebSocketTransport
     private var connection: (any WebSocketConnection)?
@@ -129,6 +138,12 @@ public actor SwitchboardClient {
     /// (the call manager, rooms and the app each follow theirs).
     public nonisolated func events() -> AsyncStream<ClientEvent> {
         subscribers.add()
+    }
+
+    /// The client's events across `disconnect()` and `connect()` (a logout then a login with
+    /// one client): the stream ends only when its reader stops. The call manager follows this.
+    nonisolated func lastingEvents() -> AsyncStream<ClientEvent> {
+        subscribers.add(lasting: true)
     }
 
     private var eventSink: Subscribers { subscribers }
@@ -244,6 +259,7 @@ public actor SwitchboardClient {
             peerID = welcome.peerID
             identity = welcome.identity
             resumeToken = welcome.resumeToken
+            clockOffset.withLock { $0 = Double(welcome.serverTime) / 1000 - Date().timeIntervalSince1970 }
             lastSequence = 0
             eventSink.yield(replaced ? .sessionReplaced(peerID: welcome.peerID) : .connected(peerID: welcome.peerID, resumed: false))
         case MessageType.sessionResumed:

@@ -307,5 +307,8 @@ public enum CallFilter: String, Sendable, Codable, CaseIterable {
     case restricted
     /// The app may not show calls (no CallKit entitlement).
     case unentitled
+    /// The phone showed the call but could not reach the server while it rang (a locked phone
+    /// whose credentials it could not read, no network) and gave the ring up.
+    case unreachable
     case unknown
 }

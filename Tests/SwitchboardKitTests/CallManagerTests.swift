@@ -117,7 +117,7 @@ final class Phone: Sendable {
 
     init(
         stack: Stack, identity: String, device: String, seed: Int, system: SimulatedCallSystem = SimulatedCallSystem(),
-        serverTimeout: Duration = .seconds(5), serverURL: URL? = nil
+        serverTimeout: Duration = .seconds(5), serverURL: URL? = nil, transport: (any WebSocketTransport)? = nil
     ) throws {
         self.stack = stack
         self.system = system
@@ -128,7 +128,7 @@ final class Phone: Sendable {
         let token = stack.token(identity)
         var options = SwitchboardClient.Options()
         options.initialBackoff = .milliseconds(50)
-        client = try SwitchboardClient(serverURL: serverURL ?? stack.url, deviceID: device, options: options) { token }
+        client = try SwitchboardClient(serverURL: serverURL ?? stack.url, deviceID: device, options: options, transport: transport) { token }
         manager = CallManager(client: client, system: system, serverTimeout: serverTimeout)
         manager.start()
         let events = manager.events
@@ -164,6 +164,11 @@ final class Phone: Sendable {
 
     /// Waits for the next VoIP push and hands it to the app as PushKit would.
     func receivePush() async throws {
+        try await receivePush(to: { payload, completion in deliver(payload); completion() })
+    }
+
+    /// Waits for the next VoIP push and gives its payload to `handler`.
+    func receivePush(to handler: ([String: Any], () -> Void) -> Void) async throws {
         let taken = Locked<[String: JSONValue]?>(nil)
         let pushes = self.pushes
         try await eventually("a VoIP push") {
@@ -172,7 +177,7 @@ final class Phone: Sendable {
             return next != nil
         }
         let payload = taken.withLock { $0 } ?? [:]
-        deliver(try JSONSerialization.jsonObject(with: JSONEncoder().encode(JSONValue.object(payload))) as! [String: Any])
+        handler(try JSONSerialization.jsonObject(with: JSONEncoder().encode(JSONValue.object(payload))) as! [String: Any]) {}
     }
 
     /// Delivers `payload` as a VoIP push.
@@ -234,6 +239,7 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         let stack = try Stack()
         defer { stack.stop() }
         let bob = try Phone(stack: stack, identity: "bob", device: "b-phone", seed: 13)
+        try await bob.client.connect()  // the server's clock is known
         let id = UUID()
         let expired = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
         bob.deliver([
@@ -244,6 +250,119 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         try await eventually("the stale call to end") { bob.ended(id) != nil }
         #expect(bob.ended(id) == .unanswered)
         #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+    }
+
+    /// A phone whose clock runs ten minutes ahead of the server's: a fresh push's
+    /// `ring_expires_at` is in the phone's past, and the call rings all the same (issue 31,
+    /// defect 10: it used to be ended at once as unanswered).
+    @Test func aPhoneWhoseClockRunsAheadStillRings() async throws {
+        let skew: TimeInterval = 600
+        let transport = WelcomingTransport(serverTimeMillis: Int64((Date().timeIntervalSince1970 - skew) * 1000))
+        let client = try SwitchboardClient(serverURL: URL(string: "http://127.0.0.1:9")!, deviceID: "b-phone", transport: transport) { "token" }
+        let system = SimulatedCallSystem()
+        let manager = CallManager(client: client, system: system, http: UnreachableHTTP(), serverTimeout: .seconds(30))
+        manager.start()
+        try await client.connect()
+        let offset = try #require(client.serverClockOffset)
+        #expect(abs(offset + skew) < 2, "the offset the welcome gave: \(offset)")
+        let id = UUID()
+        let serverNow = Date().timeIntervalSince1970 - skew
+        system.deliverVoIPPush(["call_id": id.uuidString.lowercased(), "ring_expires_at": Int64((serverNow + 40) * 1000)]) { payload, completion in
+            manager.handleIncomingVoIPPush(payload: payload, completion: completion)
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(system.call(id)?.ended == nil, "\(system.timeline)")
+        #expect(system.violations.isEmpty, "\(system.violations)")
+        await client.disconnect()
+    }
+
+    /// iOS 26.4 says a push needs no report (`mustReport` false): nothing is shown for a push
+    /// with nothing to ring for (issue 31, defect 6), and a new call still rings.
+    @Test func whenNoReportIsNeededNothingIsShownForAPushWithNothingToRing() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 23)
+        try await bob.client.connect()
+        func deliver(_ payload: [String: Any]) {
+            bob.system.deliverVoIPPush(payload, mustReport: false) { payload, mustReport, completion in
+                bob.manager.handleIncomingVoIPPush(payload: payload, mustReport: mustReport, completion: completion)
+            }
+        }
+        deliver(["aps": [:], "garbage": true])
+        let expired = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+        deliver(["call_id": UUID().uuidString.lowercased(), "ring_expires_at": expired])
+        #expect(bob.system.calls.isEmpty, "\(bob.system.timeline)")
+
+        // A call declined here, then its late push: not shown again.
+        let alice = try await caller(stack, "alice")
+        let id = try await createCall(alice, to: "bob")
+        try await eventually("the invite to ring") { bob.system.call(id) != nil }
+        #expect(await bob.system.userEnds(id))
+        deliver(["call_id": id.uuidString.lowercased(), "caller": ["identity": "alice"]])
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(bob.system.call(id)?.timesShown == 1, "\(bob.system.timeline)")
+
+        // A new call with no report needed (the app in the foreground) still rings.
+        let next = try await createCall(alice, to: "bob")
+        deliver(["call_id": next.uuidString.lowercased(), "caller": ["identity": "alice"]])
+        try await eventually("the new call to ring") { bob.system.call(next) != nil }
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+
+    /// A locked phone: the app's token provider cannot read its credentials (Keychain
+    /// `WhenUnlocked`). The pushed call rings on past `serverTimeout` until the ring is over,
+    /// and an answer once the phone is unlocked reaches the server (issue 31, defect 2); a call
+    /// whose ring ends before that ends as unanswered on the phone.
+    @Test func aLockedPhoneRingsOnUntilTheRingIsOver() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let locked = Locked(true)
+        let token = stack.token("bob")
+        var options = SwitchboardClient.Options()
+        options.initialBackoff = .milliseconds(50)
+        let client = try SwitchboardClient(serverURL: stack.url, deviceID: "b-phone", options: options) {
+            if locked.withLock({ $0 }) { throw URLError(.userAuthenticationRequired) }
+            return token
+        }
+        let system = SimulatedCallSystem()
+        let manager = CallManager(client: client, system: system, serverTimeout: .seconds(1))
+        manager.start()
+        let bob = try Phone(stack: stack, identity: "bob", device: "b-phone", seed: 24)
+        try await bob.register()
+        func deliverNextPush() async throws {
+            try await bob.receivePush(to: { payload, completion in
+                system.deliverVoIPPush(payload) { payload, done in manager.handleIncomingVoIPPush(payload: payload, completion: done) }
+                completion()
+            })
+        }
+        let alice = try await caller(stack, "alice")
+
+        let id = try await createCall(alice, to: "bob")
+        try await deliverNextPush()
+        try await Task.sleep(for: .seconds(2))
+        #expect(system.call(id)?.ended == nil, "rings on past serverTimeout: \(system.timeline)")
+        locked.withLock { $0 = false }
+        try await eventually("the phone to reach the server") { await client.isConnected }
+        #expect(await system.userAnswers(id))
+        let state = try await alice.callState(id.uuidString.lowercased(), http: CurlHTTPTransport())
+        #expect(state["state"] == "accepted", "\(state)")
+        #expect(await system.userEnds(id))
+        await manager.settle()
+        await client.disconnect()
+
+        // Locked for the whole ring: the phone stops when the ring is over.
+        locked.withLock { $0 = true }
+        let reply = try await alice.request(MessageType.callCreate, encoding: CallCreateRequest(callees: ["bob"], ringTimeoutSeconds: 5))
+        let short = UUID(uuidString: reply?["call_id"]?.stringValue ?? "")!
+        try await deliverNextPush()
+        try await Task.sleep(for: .seconds(2))
+        #expect(system.call(short)?.ended == nil)
+        try await eventually("the ring to end", within: .seconds(10)) { system.call(short)?.ended != nil }
+        #expect(system.call(short)?.ended == .unanswered)
+        #expect(system.violations.isEmpty, "\(system.violations)")
+        await alice.disconnect()
     }
 
     @Test func anAnswerBeforeTheConnectionIsUpIsHeldThenFulfilled() async throws {
@@ -471,6 +590,51 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
 
     /// A hang-up tapped just before the app disconnects is not lost with the connection: the
     /// manager's `settle()` returns once the end reached the server.
+    /// A logout then a login with one client: the manager still hears the server's invites,
+    /// cancels and hang-ups (issue 31, defect 4).
+    @Test func afterDisconnectThenConnectTheManagerStillHearsTheServer() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 21)
+        try await bob.client.connect()
+        await bob.manager.settle()
+        await bob.client.disconnect()
+        try await bob.client.connect()
+        let alice = try await caller(stack, "alice")
+        let id = try await createCall(alice, to: "bob")
+        try await eventually("the invite to ring") { bob.system.call(id) != nil }
+        try await alice.request(MessageType.callCancel, encoding: CallActionRequest(callID: id.uuidString.lowercased()))
+        try await eventually("the cancel to end the call") { bob.ended(id) != nil }
+        #expect(bob.ended(id) == .remoteEnded)
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+
+    /// The user taps Answer, then End while the server's confirmation of the answer is on its
+    /// way: the answer action is failed when the confirmation comes, never left for CallKit
+    /// to time out (issue 31, defect 7).
+    @Test func anAnswerWhoseCallTheUserEndedMeanwhileIsFailedNotLeftPending() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let gate = try AnswerReplyGate()
+        let system = SimulatedCallSystem(actionTimeout: .seconds(4))
+        let bob = try Phone(stack: stack, identity: "bob", device: "b-phone", seed: 22, system: system, transport: gate)
+        try await bob.register()
+        try await bob.client.connect()
+        let alice = try await caller(stack, "alice")
+        let id = try await createCall(alice, to: "bob")
+        try await eventually("the call to ring") { bob.system.call(id) != nil }
+        let answering = Task { await bob.system.userAnswers(id) }
+        try await eventually("the server to confirm the answer (held back)") { gate.held }
+        #expect(await bob.system.userEnds(id))
+        gate.release()
+        #expect(await answering.value == false, "the answer is failed: its call ended")
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+
     @Test func aHangUpJustBeforeDisconnectingReachesTheServerOnceSettled() async throws {
         let stack = try Stack()
         defer { stack.stop() }
@@ -487,5 +651,84 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         #expect(state["state"] == "ended", "the end was sent before the connection closed: \(state)")
         #expect(state["ended_by"] == "bob")
         await alice.disconnect()
+    }
+}
+
+/// The platform's WebSocket transport, except that the server's reply to `call.answer` is
+/// held until the test releases it (the confirmation "on its way").
+final class AnswerReplyGate: WebSocketTransport, @unchecked Sendable {
+    // Safety: mutable state is behind `state`.
+    private let inner: any WebSocketTransport
+    private let state = Locked<(answerIDs: Set<String>, held: Bool, released: Bool)>(([], false, false))
+
+    init() throws { inner = try LibWebSocketsTransport() }
+
+    var held: Bool { state.withLock { $0.held } }
+    func release() { state.withLock { $0.released = true } }
+
+    struct Connection: WebSocketConnection {
+        let inner: any WebSocketConnection
+        let gate: AnswerReplyGate
+        let messages: AsyncStream<WebSocketMessage>
+        func send(_ text: String) {
+            if let request = try? JSONDecoder().decode(Envelope.self, from: Data(text.utf8)), request.type == MessageType.callAnswer,
+                let id = request.id
+            {
+                gate.state.withLock { _ = $0.answerIDs.insert("\(id)") }
+            }
+            inner.send(text)
+        }
+        func close(code: UInt16) { inner.close(code: code) }
+        func abort() { inner.abort() }
+    }
+
+    func connect(to url: URL) async throws -> any WebSocketConnection {
+        let connection = try await inner.connect(to: url)
+        let (stream, continuation) = AsyncStream.makeStream(of: WebSocketMessage.self)
+        Task { [self] in
+            for await message in connection.messages {
+                if case .text(let text) = message, let reply = try? JSONDecoder().decode(Envelope.self, from: Data(text.utf8)),
+                    let id = reply.id, state.withLock({ $0.answerIDs.contains("\(id)") })
+                {
+                    state.withLock { $0.held = true }
+                    while !state.withLock({ $0.released }) { try? await Task.sleep(for: .milliseconds(5)) }
+                }
+                continuation.yield(message)
+            }
+            continuation.finish()
+        }
+        return Connection(inner: connection, gate: self, messages: stream)
+    }
+}
+
+/// A server that only says hello: each connection gets a `session.welcome` with the given
+/// server time, then stays open and silent.
+final class WelcomingTransport: WebSocketTransport, @unchecked Sendable {
+    // Safety: immutable.
+    let serverTimeMillis: Int64
+    init(serverTimeMillis: Int64) { self.serverTimeMillis = serverTimeMillis }
+
+    struct Connection: WebSocketConnection {
+        let messages: AsyncStream<WebSocketMessage>
+        func send(_ text: String) {}
+        func close(code: UInt16) {}
+        func abort() {}
+    }
+
+    func connect(to url: URL) async throws -> any WebSocketConnection {
+        let (stream, continuation) = AsyncStream.makeStream(of: WebSocketMessage.self)
+        continuation.yield(
+            .text(
+                #"{"type":"session.welcome","data":{"peer_id":"p_1","identity":"bob","resume_token":"r","server_time":\#(serverTimeMillis),"#
+                    + #""resume_failed":false,"limits":{"max_message_bytes":65536,"max_data_bytes":16384,"messages_per_second":50,"#
+                    + #""ping_interval_seconds":20,"idle_timeout_seconds":45,"resume_grace_seconds":20}}}"#))
+        return Connection(messages: stream)
+    }
+}
+
+/// A REST API that cannot be reached.
+struct UnreachableHTTP: HTTPTransport {
+    func send(_ method: String, _ url: URL, bearer: String, json: Data?) async throws -> (status: Int, body: Data) {
+        throw URLError(.cannotConnectToHost)
     }
 }

@@ -58,6 +58,7 @@ import Testing
         ("... and ended in its completion with the stored reason", true, [.reportCompleted(nil), .end(.answeredElsewhere), .reportAgain(mustReport: true), .reportCompleted(nil)], [.endOnSystem(.answeredElsewhere)], .ended(.answeredElsewhere)),
         ("... also when the system still had it", true, [.reportCompleted(nil), .end(.answeredElsewhere), .reportAgain(mustReport: true), .reportCompleted(.callUUIDAlreadyExists)], [.endOnSystem(.answeredElsewhere)], .ended(.answeredElsewhere)),
         ("iOS 26.4 says no report is needed for a live call", true, [.reportCompleted(nil), .reportAgain(mustReport: false)], [], .ringing),
+        ("... nor for one that ended: it is not shown again (no ghost ring)", true, [.reportCompleted(nil), .end(.answeredElsewhere), .reportAgain(mustReport: false)], [], .ended(.answeredElsewhere)),
         ("Do Not Disturb: the server hears filtered at once (D7)", true, [.reportCompleted(.filteredByDoNotDisturb)], [tell(MessageType.callDecline, reason: "filtered", filter: .doNotDisturb), .event(.reportRefused(id, .filteredByDoNotDisturb)), .event(.ended(id, .failed))], .ended(.failed)),
         ("the block list", true, [.reportCompleted(.filteredByBlockList)], [tell(MessageType.callDecline, reason: "filtered", filter: .blockList), .event(.reportRefused(id, .filteredByBlockList)), .event(.ended(id, .failed))], .ended(.failed)),
         ("refused after it ended: nothing to tell", true, [.end(.unanswered), .reportCompleted(.unentitled)], [], .ended(.unanswered)),

@@ -22,8 +22,9 @@ final class CallController {
     private var system: (any CallSystem)!
     private var pushKit: PushKitBridge?
     private let media = MediaBridge()
-    private var voipToken: Data?
-    private var regularToken: Data?
+    /// Registers the push tokens: one registration at a time, always both tokens, retried,
+    /// and again after every connect.
+    private var tokens: PushTokenRegistry!
 
     /// Synchronous, at launch: PushKit and CallKit must be wired before anything else.
     func startAtLaunch() {
@@ -44,11 +45,16 @@ final class CallController {
         }
         manager = CallManager(client: client, system: system)
         manager.start()
+        tokens = PushTokenRegistry(
+            client: client, policy: policy, environment: APNsEnvironmentOfBuild.current, bundleID: Bundle.main.bundleIdentifier,
+            appVersion: Bundle.main.infoDictionary?["CFBundleShortVersionString"] as? String)
+        let tokens = self.tokens!
+        Task { await tokens.start() }
         if policy == .callKit {
             pushKit = PushKitBridge(
                 calls: manager, policy: policy,
-                onToken: { [weak self] token in Task { @MainActor in self?.voipTokenChanged(token) } },
-                onTokenInvalidated: { [weak self] in Task { @MainActor in self?.voipTokenChanged(nil) } })
+                onToken: { token in Task { await tokens.setVoIPToken(token) } },
+                onTokenInvalidated: { Task { await tokens.setVoIPToken(nil) } })
         }
         UIApplication.shared.registerForRemoteNotifications()
         Task { await follow() }
@@ -104,25 +110,9 @@ final class CallController {
         manager.handleIncomingAlertPush(userInfo: payload)
     }
 
-    func voipTokenChanged(_ token: Data?) {
-        voipToken = token
-        register()
-    }
-
     func regularTokenChanged(_ token: Data) {
-        regularToken = token
-        register()
-    }
-
-    private func register() {
-        let registrar = DeviceRegistrar(client: client)
-        let (voip, regular, policy) = (voipToken, regularToken, policy)
-        Task {
-            try? await registrar.register(
-                voipToken: voip, apnsToken: regular, environment: APNsEnvironmentOfBuild.current,
-                bundleID: Bundle.main.bundleIdentifier ?? "", appVersion: Bundle.main.infoDictionary?["CFBundleShortVersionString"] as? String,
-                policy: policy)
-        }
+        let tokens = self.tokens!
+        Task { await tokens.setAPNsToken(token) }
     }
 
     func call(_ user: String, video: Bool = false) {
