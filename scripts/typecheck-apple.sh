@@ -51,14 +51,25 @@ swiftc -typecheck -swift-version 6 -strict-concurrency=complete -I "$out/protoco
   Examples/iOS/SwitchboardDemo/*.swift
 echo "apple typecheck: SwitchboardKit and Examples/iOS type-check against the stubs (Swift 6, complete concurrency checking)"
 
+# 1b. As an older Xcode sees it (the iOS 18 SDK: no PKVoIPPushMetadata, no allowBluetoothHFP,
+# PushKit's completion handlers not @Sendable): the package must build all the same.
+older=(-D SWITCHBOARD_SDK_BEFORE_26_4 -D SWITCHBOARD_SDK_BEFORE_26)
+build_stubs "$out/older-stubs" "${older[@]}" -D PUSHKIT_PLAIN_COMPLETIONS
+build_kit "$out/older-stubs" Sources/SwitchboardKit "$out/older-kit" -D SWITCHBOARD_APPLE_STUBS "${older[@]}"
+swiftc -typecheck -swift-version 6 -strict-concurrency=complete -I "$out/protocol" -I "$out/older-stubs" -I "$out/older-kit" \
+  Examples/iOS/SwitchboardDemo/*.swift
+echo "apple typecheck: SwitchboardKit and Examples/iOS type-check as an SDK before iOS 26 has it (the 26.4 delegate method compiled out)"
+
 # 2. Strict: every optional requirement required; list what is not implemented.
 build_stubs "$out/strict-stubs" -D STRICT_DELEGATES
-missing() {  # missing KIT_SOURCES: the requirements the SDK and the example leave out, one per line
+missing() {  # missing KIT_SOURCES [STUBS KIT FLAGS...]: the requirements the SDK and the example leave out, one per line
   local kit_out; kit_out=$(mktemp -d)
+  local sources=$1 stubs_dir=${2:-$out/strict-stubs} kit_dir=${3:-$out/kit}
+  shift; [ $# -gt 0 ] && shift; [ $# -gt 0 ] && shift
   {
-    build_kit "$out/strict-stubs" "$1" "$kit_out" -D SWITCHBOARD_APPLE_STUBS 2>&1 || true
+    build_kit "$stubs_dir" "$sources" "$kit_out" -D SWITCHBOARD_APPLE_STUBS "$@" 2>&1 || true
     # The example, against the SDK built normally (its own conformances are what is checked).
-    swiftc -typecheck -swift-version 6 -I "$out/protocol" -I "$out/strict-stubs" -I "$out/kit" \
+    swiftc -typecheck -swift-version 6 -I "$out/protocol" -I "$stubs_dir" -I "$kit_dir" \
       Examples/iOS/SwitchboardDemo/*.swift 2>&1 || true
   } | tee "$kit_out/log" | sed -n -e "s/.*protocol requires \(function\|property\) '\([^']*\)'.*/\2/p" \
         -e "s/.*multiple matching \(functions\|properties\) named '\([^']*\)'.*/\2/p" | sort -u
@@ -79,6 +90,24 @@ if [ "$found" != "$allowed" ]; then
   exit 1
 fi
 echo "apple typecheck: strict build: every implemented delegate method satisfies a requirement ($(echo "$found" | wc -l) optional ones deliberately left out)"
+
+# 2b. Strict against both forms of PushKit's completion handlers and against the older SDK: a
+# delegate method that only nearly matches one of them would never be called there.
+build_stubs "$out/strict-plain-stubs" -D STRICT_DELEGATES -D PUSHKIT_PLAIN_COMPLETIONS
+found=$(missing Sources/SwitchboardKit "$out/strict-plain-stubs" "$out/kit")
+if [ "$found" != "$allowed" ]; then
+  echo "apple typecheck: against PushKit handlers without @Sendable, the delegate methods left unimplemented differ:" >&2
+  diff <(echo "$allowed") <(echo "$found") >&2 || true
+  exit 1
+fi
+build_stubs "$out/strict-older-stubs" -D STRICT_DELEGATES "${older[@]}" -D PUSHKIT_PLAIN_COMPLETIONS
+found=$(missing Sources/SwitchboardKit "$out/strict-older-stubs" "$out/older-kit" "${older[@]}")
+if [ "$found" != "$allowed" ]; then
+  echo "apple typecheck: against an SDK before iOS 26, the delegate methods left unimplemented differ:" >&2
+  diff <(echo "$allowed") <(echo "$found") >&2 || true
+  exit 1
+fi
+echo "apple typecheck: strict build: the PushKit methods match @Sendable and plain completion handlers, and an SDK before iOS 26"
 
 # 3. The strict check catches a misspelt delegate method.
 misspelt=$(mktemp -d)

@@ -62,6 +62,14 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
     /// private serial queue by default: a busy main thread at launch must not delay a report).
     public init(configuration: Configuration = Configuration(), queue: DispatchQueue = DispatchQueue(label: "switchboard.callkit")) {
         self.configuration = configuration
+        provider = CXProvider(configuration: Self.providerConfiguration(configuration))
+        controller = CXCallController(queue: queue)
+        super.init()
+        provider.setDelegate(self, queue: queue)
+    }
+
+    /// CallKit's provider configuration for `configuration`.
+    private static func providerConfiguration(_ configuration: Configuration) -> CXProviderConfiguration {
         let settings = CXProviderConfiguration()
         settings.supportsVideo = configuration.supportsVideo
         settings.maximumCallGroups = configuration.maximumCallGroups
@@ -70,10 +78,7 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         settings.ringtoneSound = configuration.ringtoneSound
         settings.iconTemplateImageData = configuration.iconTemplateImageData
         settings.includesCallsInRecents = configuration.includesCallsInRecents
-        provider = CXProvider(configuration: settings)
-        controller = CXCallController(queue: queue)
-        super.init()
-        provider.setDelegate(self, queue: queue)
+        return settings
     }
 
     deinit { provider.invalidate() }
@@ -102,6 +107,10 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
     /// Shows an incoming call (see `CallSystem`); every error of CallKit's is passed on.
     public func reportNewIncomingCall(_ id: UUID, update: CallUpdate, completion: @escaping @Sendable (CallSystemError?) -> Void) {
         if update.hasVideo { _ = videoCalls.withLock { $0.insert(id) } }
+        // Set again right before each report, as Apple's engineers ask of every CallKit app:
+        // it works around the system sometimes never activating the audio session for the
+        // call (one-way or no audio). The audio session itself is not touched here.
+        provider.configuration = Self.providerConfiguration(configuration)
         provider.reportNewIncomingCall(with: id, update: callUpdate(update)) { error in
             completion(error.map(Self.reportError))
         }
@@ -344,21 +353,38 @@ public final class PushKitBridge: NSObject, PKPushRegistryDelegate, @unchecked S
     }
 
     /// A VoIP push: reported to the call UI before this returns.
+    ///
+    /// The completion is taken without `@Sendable`: a witness with a plain closure matches an
+    /// SDK that marks PushKit's handler `@Sendable` and one that does not, while a `@Sendable`
+    /// one nearly misses the latter, and PushKit never calls an optional method that does not
+    /// match (every VoIP push would then kill the app).
     public func pushRegistry(
         _ registry: PKPushRegistry, didReceiveIncomingPushWith payload: PKPushPayload, for type: PKPushType,
-        completion: @escaping @Sendable () -> Void
+        completion: @escaping () -> Void
     ) {
-        calls.handleIncomingVoIPPush(payload: Self.dictionary(payload), completion: completion)
+        let done = PushCompletion(call: completion)
+        calls.handleIncomingVoIPPush(payload: Self.dictionary(payload)) { done.call() }
     }
 
-    /// A VoIP push on iOS 26.4 and later, with PushKit's `mustReport`: false lets a push for a
-    /// call already ringing here go unreported (one call, one UI).
+    #if compiler(>=6.3) && !SWITCHBOARD_SDK_BEFORE_26_4
+    /// A VoIP push on iOS 26.4 and later, with PushKit's `mustReport` (see
+    /// `CallManager.handleIncomingVoIPPush`). Compiled only by a compiler that comes with the
+    /// iOS 26.4 SDK (Xcode 26.4, Swift 6.3), which declares `PKVoIPPushMetadata`: an older Xcode
+    /// builds the package without it, and PushKit then calls the method above.
     @available(iOS 26.4, *)
     public func pushRegistry(
         _ registry: PKPushRegistry, didReceiveIncomingVoIPPushWith payload: PKPushPayload, metadata: PKVoIPPushMetadata,
-        withCompletionHandler completion: @escaping @Sendable () -> Void
+        withCompletionHandler completion: @escaping () -> Void
     ) {
-        calls.handleIncomingVoIPPush(payload: Self.dictionary(payload), mustReport: metadata.mustReport, completion: completion)
+        let done = PushCompletion(call: completion)
+        calls.handleIncomingVoIPPush(payload: Self.dictionary(payload), mustReport: metadata.mustReport) { done.call() }
+    }
+    #endif
+
+    /// PushKit's completion handler, which may be called from any thread (PushKit's own
+    /// contract), carried to the call manager's `@Sendable` parameter.
+    private struct PushCompletion: @unchecked Sendable {
+        let call: () -> Void
     }
 
     private static func dictionary(_ payload: PKPushPayload) -> [String: Any] {

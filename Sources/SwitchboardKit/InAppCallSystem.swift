@@ -190,7 +190,12 @@ public enum CallAudioSession {
     /// Play and record in voice chat mode (video chat for a video call, on the speaker), with
     /// Bluetooth headsets (hands-free and A2DP) allowed. Configures only: it never activates.
     public static let voiceAndVideoChat: @Sendable (AVAudioSession, Bool) throws -> Void = { session, video in
+        #if compiler(>=6.2) && !SWITCHBOARD_SDK_BEFORE_26
+        // The iOS 26 SDK's name for the same option (Xcode 26 comes with Swift 6.2).
+        var options: AVAudioSession.CategoryOptions = [.allowBluetoothHFP, .allowBluetoothA2DP]
+        #else
         var options: AVAudioSession.CategoryOptions = [.allowBluetooth, .allowBluetoothA2DP]
+        #endif
         if video { options.insert(.defaultToSpeaker) }
         try session.setCategory(.playAndRecord, mode: video ? .videoChat : .voiceChat, options: options)
     }

@@ -64,7 +64,9 @@ extension AVAudioSession {
         public static var duckOthers: CategoryOptions { CategoryOptions(rawValue: 1 << 1) }
         /// Bluetooth hands-free; the iOS 26 SDK renames it `allowBluetoothHFP` (same option).
         public static var allowBluetooth: CategoryOptions { CategoryOptions(rawValue: 1 << 2) }
+        #if !SWITCHBOARD_SDK_BEFORE_26
         public static var allowBluetoothHFP: CategoryOptions { CategoryOptions(rawValue: 1 << 2) }
+        #endif
         public static var defaultToSpeaker: CategoryOptions { CategoryOptions(rawValue: 1 << 3) }
         public static var allowBluetoothA2DP: CategoryOptions { CategoryOptions(rawValue: 1 << 4) }
         public static var allowAirPlay: CategoryOptions { CategoryOptions(rawValue: 1 << 5) }

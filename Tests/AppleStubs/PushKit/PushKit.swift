@@ -33,13 +33,24 @@ open class PKPushPayload: NSObject {
     open var type: PKPushType { fatalError("stub") }
 }
 
-/// iOS 26.4+: what the system says of one VoIP push.
+/// How the SDK declares PushKit's completion handlers: `@Sendable` in the newer SDKs, plain in
+/// older ones (PUSHKIT_PLAIN_COMPLETIONS). A delegate method must match both.
+#if PUSHKIT_PLAIN_COMPLETIONS
+public typealias StubPushCompletion = () -> Void
+#else
+public typealias StubPushCompletion = @Sendable () -> Void
+#endif
+
+#if !SWITCHBOARD_SDK_BEFORE_26_4
+/// iOS 26.4+: what the system says of one VoIP push (not in SDKs before iOS 26.4:
+/// SWITCHBOARD_SDK_BEFORE_26_4 leaves it out, as an older Xcode has it).
 @available(iOS 26.4, *)
 public final class PKVoIPPushMetadata: NSObject, Sendable {
     /// Whether this push must be reported to CallKit (false when the app is in the foreground
     /// or already in a call, for example).
     public var mustReport: Bool { true }
 }
+#endif
 
 /// `pushRegistry(_:didUpdate:for:)` is required; the rest are optional in Objective-C.
 public protocol PKPushRegistryDelegate: NSObjectProtocol {
@@ -47,26 +58,30 @@ public protocol PKPushRegistryDelegate: NSObjectProtocol {
     /// iOS 11+.
     func pushRegistry(
         _ registry: PKPushRegistry, didReceiveIncomingPushWith payload: PKPushPayload, for type: PKPushType,
-        completion: @escaping @Sendable () -> Void)
+        completion: @escaping StubPushCompletion)
     func pushRegistry(_ registry: PKPushRegistry, didInvalidatePushTokenFor type: PKPushType)
+    #if !SWITCHBOARD_SDK_BEFORE_26_4
     /// iOS 26.4+.
     @available(iOS 26.4, *)
     func pushRegistry(
         _ registry: PKPushRegistry, didReceiveIncomingVoIPPushWith payload: PKPushPayload, metadata: PKVoIPPushMetadata,
-        withCompletionHandler completion: @escaping @Sendable () -> Void)
+        withCompletionHandler completion: @escaping StubPushCompletion)
+    #endif
 }
 
 #if !STRICT_DELEGATES
 extension PKPushRegistryDelegate {
     public func pushRegistry(
         _ registry: PKPushRegistry, didReceiveIncomingPushWith payload: PKPushPayload, for type: PKPushType,
-        completion: @escaping @Sendable () -> Void
+        completion: @escaping StubPushCompletion
     ) {}
     public func pushRegistry(_ registry: PKPushRegistry, didInvalidatePushTokenFor type: PKPushType) {}
+    #if !SWITCHBOARD_SDK_BEFORE_26_4
     @available(iOS 26.4, *)
     public func pushRegistry(
         _ registry: PKPushRegistry, didReceiveIncomingVoIPPushWith payload: PKPushPayload, metadata: PKVoIPPushMetadata,
-        withCompletionHandler completion: @escaping @Sendable () -> Void
+        withCompletionHandler completion: @escaping StubPushCompletion
     ) {}
+    #endif
 }
 #endif
