@@ -28,8 +28,9 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         public var supportsVideo = false
         /// Two groups of one call: a second call offers "Hold & Accept" and "End & Accept".
         public var maximumCallGroups = 2
-        /// One call per group: no conference calls in the call UI (a group action is failed).
-        public var maximumCallsPerCallGroup = 1
+        /// One call per group, always: calls are not merged into conferences in the call UI
+        /// (the server has no merge), so merging is never offered and a group action is failed.
+        public var maximumCallsPerCallGroup: Int { 1 }
         /// Calls can be held (the server hears it, `call.hold`).
         public var supportsHolding = true
         /// The keypad sends DTMF (as data in the call's room).
@@ -96,8 +97,8 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         callUpdate.hasVideo = update.hasVideo
         // Unset properties are ignored by CallKit: every one is said.
         callUpdate.supportsHolding = configuration.supportsHolding
-        callUpdate.supportsGrouping = configuration.maximumCallsPerCallGroup > 1
-        callUpdate.supportsUngrouping = configuration.maximumCallsPerCallGroup > 1
+        callUpdate.supportsGrouping = false
+        callUpdate.supportsUngrouping = false
         callUpdate.supportsDTMF = configuration.supportsDTMF
         return callUpdate
     }
@@ -241,8 +242,12 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
     public func provider(_ provider: CXProvider, perform action: CXStartCallAction) {
         configureAudio(video: action.isVideo)
         let id = action.callUUID
+        let shown = CallUpdate(handle: action.handle.value, displayName: action.handle.value, hasVideo: action.isVideo)
         forward(action, as: .start(id, handle: action.handle.value, video: action.isVideo)) { [weak self] in
-            self?.provider.reportOutgoingCall(with: id, startedConnectingAt: Date())
+            guard let self else { return }
+            // The outgoing call gets its name and what it supports, as an incoming one does.
+            self.provider.reportCall(with: id, updated: callUpdate(shown))
+            self.provider.reportOutgoingCall(with: id, startedConnectingAt: Date())
         }
     }
 
