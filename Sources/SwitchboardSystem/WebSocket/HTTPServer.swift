@@ -326,7 +326,9 @@ public final class HTTPServer: @unchecked Sendable {
                 lws_set_timeout(conn.wsi, PENDING_TIMEOUT_CLOSE_ACK, -1)  // LWS_TO_KILL_ASYNC
                 next = now + keepalivePeriod
             } else {
-                next = conn.lastHeard + dropAfter
+                // Back a ping interval later (or at the drop, if sooner): a pong that comes
+                // late still gets the next ping a ping interval after it, not only at the drop.
+                next = min(conn.lastHeard + dropAfter, now + pingAfter)
             }
         } else if silence >= pingAfter {
             conn.pingOutstanding = true
