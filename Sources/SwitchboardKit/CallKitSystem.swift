@@ -410,7 +410,9 @@ import SwitchboardSupport
 /// `INStartCallIntent` in `application(_:continue:restorationHandler:)`.
 public enum RecentsCallBack {
     /// Who to call, and whether with video, for a call-back activity; nil for any other one.
-    /// Start the call with `CallManager.startCall(to:video:)` once the app is ready.
+    /// The handle is what the call UI showed (the caller's `handle`, a phone number or an
+    /// email): turn it into the user with `CallManager.callers.identity(forHandle:)`, then
+    /// start the call with `CallManager.startCall(to:video:)` once the app is ready.
     public static func callee(of userActivity: NSUserActivity) -> (handle: String, video: Bool)? {
         guard let intent = userActivity.interaction?.intent as? INStartCallIntent,
             let handle = intent.contacts?.first?.personHandle?.value, !handle.isEmpty

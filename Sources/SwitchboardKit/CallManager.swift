@@ -27,9 +27,14 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     public let client: SwitchboardClient
     /// The phone's call UI.
     public let system: any CallSystem
-    /// What happens to calls, for the app's UI and media.
+    /// What happens to calls, for the app's UI and media: one consumer only (an `AsyncStream`
+    /// hands each event to one iterator). Where several parts of the app follow the calls (the
+    /// UI and the media layer), each takes its own stream from `subscribe()`.
     public let events: AsyncStream<CallManagerEvent>
     private let sink: AsyncStream<CallManagerEvent>.Continuation
+    private let subscribers = Subscribers<CallManagerEvent>()
+    /// The users behind the caller handles the call UI showed (for call-backs from Recents).
+    public let callers: CallerDirectory
     private let http: any HTTPTransport
     private let calls = Locked<[UUID: PhoneCall]>([:])
     private let listening = Locked<Task<Void, Never>?>(nil)
@@ -39,8 +44,14 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     static let endedCallMemory: TimeInterval = 600
 
     /// Makes the manager the delegate of `system`. `http` defaults to the platform's transport.
-    public init(client: SwitchboardClient, system: any CallSystem, http: (any HTTPTransport)? = nil, serverTimeout: Duration = .seconds(10)) {
+    /// `callers`: where the handles of callers shown are remembered (a directory in the app's
+    /// `UserDefaults` by default).
+    public init(
+        client: SwitchboardClient, system: any CallSystem, http: (any HTTPTransport)? = nil, serverTimeout: Duration = .seconds(10),
+        callers: CallerDirectory = CallerDirectory()
+    ) {
         self.client = client
+        self.callers = callers
         self.system = system
         self.http = http ?? DefaultTransports.http()
         self.serverTimeout = serverTimeout
@@ -66,6 +77,19 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                 }
             }
         }
+    }
+
+    /// A stream of its own of what happens to calls from now on, beside `events` and every
+    /// other subscriber's: a UI and a media layer each get every event (`audioActive` above
+    /// all). It ends when its reader stops.
+    public func subscribe() -> AsyncStream<CallManagerEvent> {
+        subscribers.add(lasting: true)
+    }
+
+    /// Hands an event to `events` and to every subscriber.
+    private func emit(_ event: CallManagerEvent) {
+        sink.yield(event)
+        subscribers.yield(event)
     }
 
     /// The calls the manager is following.
@@ -106,7 +130,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             case .connectedOnSystem: system.reportOutgoingCallConnected(id)
             case .tellServer(let type, let request): send(type, request)
             case .tellServerHold(let held): send(MessageType.callHold, CallHoldRequest(callID: id.uuidString.lowercased(), onHold: held))
-            case .event(let event): sink.yield(event)
+            case .event(let event): emit(event)
             }
         }
     }
@@ -175,6 +199,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         }
         update(id, create: { PhoneCall.incoming(id, update: push.update) }) { $0.reportAgain(mustReport: mustReport) }
         completion()
+        if let identity = push.callerIdentity { callers.remember(handle: push.update.handle, identity: identity) }
 
         guard push.callID != nil else {
             // Nothing to ring for: reported (as iOS demands), ended once shown.
@@ -353,7 +378,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             update(id) { $0.startFailed(at: Date()) }
             throw error
         }
-        sink.yield(.outgoingStarted(id))
+        emit(.outgoingStarted(id))
         return id
     }
 
@@ -375,6 +400,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         case .incoming(_, let invite):
             let update = Self.update(for: invite)
             let room = invite["media"]?["room"]?.stringValue
+            if let identity = invite["caller"]?["identity"]?.stringValue { callers.remember(handle: update.handle, identity: identity) }
             self.update(id, create: { PhoneCall.incoming(id, update: update, room: room) }) { call in
                 if call.room == nil { call.room = room }
                 return []
@@ -386,7 +412,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         case .missed: update(id) { $0.end(.unanswered, at: now) }
         case .ended(_, let outcome, _, _):
             update(id) { $0.end(outcome == .failed ? .failed : outcome == .missed ? .unanswered : .remoteEnded, at: now) }
-        case .held(_, let by, let onHold): sink.yield(.remoteHeld(id, by: by, onHold: onHold))
+        case .held(_, let by, let onHold): emit(.remoteHeld(id, by: by, onHold: onHold))
         case .ringing, .declined, .busy, .unavailable:
             break  // the caller's side learns the end from call.ended
         }
@@ -421,11 +447,11 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                 update(id) { $0.userEnds(at: Date()) }
             } else {
                 send(MessageType.callEnd, CallActionRequest(callID: id.uuidString.lowercased(), reason: "hangup"))
-                sink.yield(.endedLocally(id))
+                emit(.endedLocally(id))
             }
         case .setMuted(_, let muted):
             completion.fulfill()
-            sink.yield(.muted(id, muted))
+            emit(.muted(id, muted))
         case .setHeld(_, let held):
             completion.fulfill()
             update(id) { $0.userHolds(held) }
@@ -481,7 +507,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
 
     /// Passes audio activation on to the app (`CallManagerEvent.audioActive`).
     public func callSystem(didChangeAudioActive active: Bool) {
-        sink.yield(.audioActive(active))
+        emit(.audioActive(active))
     }
 
     /// Ends every call on the server after the call UI dropped them.
@@ -502,6 +528,8 @@ public struct IncomingPush: Sendable {
     public var ringExpiresAtMillis: Double?
     /// When the call was created, on the server's clock, when the payload says.
     public var createdAtMillis: Double?
+    /// The caller's identity (what `startCall(to:)` takes), when the payload says.
+    public var callerIdentity: String?
 
     /// Reads a push payload as PushKit delivers it.
     public init(_ payload: [String: Any]) {
@@ -515,5 +543,48 @@ public struct IncomingPush: Sendable {
         update = CallUpdate(handle: handle, displayName: name, hasVideo: video)
         ringExpiresAtMillis = CallManager.number(payload["ring_expires_at"])
         createdAtMillis = CallManager.number(payload["created_at"])
+        callerIdentity = (caller?["identity"] as? String).flatMap { $0.isEmpty ? nil : $0 }
+    }
+}
+
+/// Which user each caller handle shown in the call UI belongs to, kept across launches. The
+/// call UI (and so Recents and Contacts) shows a caller's handle (a phone number, an email:
+/// the `handle` claim of the caller's token), while `CallManager.startCall(to:)` takes
+/// identities: a call-back from Recents gives the handle, and `identity(forHandle:)` turns it
+/// back into the user. Outgoing calls show the callee's identity, which maps to itself.
+public final class CallerDirectory: Sendable {
+    /// The `UserDefaults` suite it is kept in (nil: the app's standard defaults).
+    public let suiteName: String?
+    /// How many handles it keeps (the oldest go first).
+    public let capacity: Int
+    private let key = "switchboard.callers"
+    private let lock = Locked(())
+
+    /// A directory kept in `suiteName`'s defaults (the app's standard ones by default).
+    public init(suiteName: String? = nil, capacity: Int = 500) {
+        self.suiteName = suiteName
+        self.capacity = capacity
+    }
+
+    private var defaults: UserDefaults { suiteName.flatMap { UserDefaults(suiteName: $0) } ?? .standard }
+
+    /// Notes that `handle` is `identity` (the SDK does it for every incoming call).
+    public func remember(handle: String, identity: String) {
+        guard !handle.isEmpty, handle != identity else { return }
+        lock.withLock { _ in
+            var entries = (defaults.array(forKey: key) as? [[String]]) ?? []
+            entries.removeAll { $0.first == handle }
+            entries.append([handle, identity])
+            if entries.count > capacity { entries.removeFirst(entries.count - capacity) }
+            defaults.set(entries, forKey: key)
+        }
+    }
+
+    /// The user a handle the call UI showed belongs to; the handle itself when it is not known
+    /// (an outgoing call's handle is the callee's identity).
+    public func identity(forHandle handle: String) -> String {
+        lock.withLock { _ in
+            ((defaults.array(forKey: key) as? [[String]]) ?? []).last { $0.first == handle }?.last ?? handle
+        }
     }
 }

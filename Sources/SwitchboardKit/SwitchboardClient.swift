@@ -28,21 +28,21 @@ public enum ClientEvent: Sendable, Equatable {
     case event(type: String, data: JSONValue, seq: UInt64)
 }
 
-/// Fans client events out to every subscriber.
-final class Subscribers: Sendable {
-    private let continuations = Locked<[UUID: (continuation: AsyncStream<ClientEvent>.Continuation, lasting: Bool)]>([:])
+/// Fans events out to every subscriber (the client's, the call manager's).
+final class Subscribers<Event: Sendable>: Sendable {
+    private let continuations = Locked<[UUID: (continuation: AsyncStream<Event>.Continuation, lasting: Bool)]>([:])
 
-    /// A new subscriber. `lasting`: it goes on across `disconnect()` and a later `connect()`
-    /// (the call manager's), instead of ending at the disconnect.
-    func add(lasting: Bool = false) -> AsyncStream<ClientEvent> {
-        let (stream, continuation) = AsyncStream.makeStream(of: ClientEvent.self)
+    /// A new subscriber. `lasting`: it goes on across `finish()` (the client's disconnect()
+    /// and a later connect(), for the call manager), instead of ending there.
+    func add(lasting: Bool = false) -> AsyncStream<Event> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Event.self)
         let id = UUID()
         continuations.withLock { $0[id] = (continuation, lasting) }
         continuation.onTermination = { [weak self] _ in _ = self?.continuations.withLock { $0.removeValue(forKey: id) } }
         return stream
     }
 
-    func yield(_ event: ClientEvent) {
+    func yield(_ event: Event) {
         for subscriber in continuations.withLock({ Array($0.values) }) { subscriber.continuation.yield(event) }
     }
 
@@ -91,7 +91,7 @@ public actor SwitchboardClient {
     public nonisolated let deviceID: String?
     /// Timing of the client.
     public nonisolated let options: Options
-    private nonisolated let subscribers = Subscribers()
+    private nonisolated let subscribers = Subscribers<ClientEvent>()
     private nonisolated let clockOffset = Locked<TimeInterval?>(nil)
 
     /// The server's clock less this device's, in seconds, from the last `session.welcome`
@@ -146,7 +146,7 @@ public actor SwitchboardClient {
         subscribers.add(lasting: true)
     }
 
-    private var eventSink: Subscribers { subscribers }
+    private var eventSink: Subscribers<ClientEvent> { subscribers }
 
     /// Whether a session is open now.
     public var isConnected: Bool { connection != nil }

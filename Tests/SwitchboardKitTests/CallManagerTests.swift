@@ -635,6 +635,54 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         await bob.client.disconnect()
     }
 
+    /// A UI and a media layer each follow the calls: both hear every event, the audio
+    /// activation included (issue 31, defect 5: `events` is one stream, split between readers).
+    @Test func everySubscriberHearsEveryEvent() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 25)
+        let heard = (ui: Locked<[CallManagerEvent]>([]), media: Locked<[CallManagerEvent]>([]))
+        for log in [heard.ui, heard.media] {
+            let stream = bob.manager.subscribe()
+            Task { for await event in stream { log.withLock { $0.append(event) } } }
+        }
+        try await bob.client.connect()
+        let alice = try await caller(stack, "alice")
+        let id = try await createCall(alice, to: "bob")
+        try await eventually("the call to ring") { bob.system.call(id) != nil }
+        #expect(await bob.system.userAnswers(id))
+        try await eventually("both to hear the audio start") {
+            [heard.ui, heard.media].allSatisfy { $0.withLock { $0.contains(.audioActive(true)) } }
+        }
+        #expect(heard.ui.withLock { $0.contains { if case .incoming(id, _) = $0 { true } else { false } } })
+        #expect(heard.media.withLock { $0.contains { if case .incoming(id, _) = $0 { true } else { false } } })
+        #expect(await bob.system.userEnds(id))
+        await bob.manager.settle()
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+
+    /// A call-back from Recents gives the handle the call showed (the caller's phone number);
+    /// the directory turns it back into the user to call, also in a later launch (issue 31,
+    /// defect 8: the handle went to startCall(to:), which takes identities).
+    @Test func aRecentsCallBackDialsTheUserBehindTheHandle() async throws {
+        let suite = "switchboard.tests.\(UUID().uuidString)"
+        defer { UserDefaults(suiteName: suite)?.removePersistentDomain(forName: suite) }
+        let token = "token"
+        let client = try SwitchboardClient(serverURL: URL(string: "http://127.0.0.1:9")!, deviceID: "b-phone") { token }
+        let system = SimulatedCallSystem()
+        let manager = CallManager(client: client, system: system, http: UnreachableHTTP(), callers: CallerDirectory(suiteName: suite))
+        let id = UUID()
+        system.deliverVoIPPush([
+            "call_id": id.uuidString.lowercased(), "caller": ["identity": "alice", "name": "Alice", "handle": "+81 90 1234 5678"],
+        ]) { payload, completion in manager.handleIncomingVoIPPush(payload: payload, completion: completion) }
+        #expect(system.call(id)?.update.handle == "+81 90 1234 5678", "the call UI shows the handle")
+        #expect(manager.callers.identity(forHandle: "+81 90 1234 5678") == "alice")
+        #expect(CallerDirectory(suiteName: suite).identity(forHandle: "+81 90 1234 5678") == "alice", "kept for the next launch")
+        #expect(manager.callers.identity(forHandle: "carol") == "carol", "an outgoing call's handle is the callee")
+        await client.disconnect()
+    }
+
     @Test func aHangUpJustBeforeDisconnectingReachesTheServerOnceSettled() async throws {
         let stack = try Stack()
         defer { stack.stop() }

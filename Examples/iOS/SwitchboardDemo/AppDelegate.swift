@@ -45,7 +45,8 @@ final class AppDelegate: UIResponder, UIApplicationDelegate, UNUserNotificationC
         restorationHandler: @escaping ([any UIUserActivityRestoring]?) -> Void
     ) -> Bool {
         guard let callee = RecentsCallBack.callee(of: userActivity) else { return false }
-        calls.call(callee.handle, video: callee.video)
+        // Recents gives the handle the call showed (a phone number, an email); calls go to users.
+        calls.call(calls.identity(forHandle: callee.handle), video: callee.video)
         return true
     }
 

@@ -115,6 +115,9 @@ final class CallController {
         Task { await tokens.setAPNsToken(token) }
     }
 
+    /// The user behind a handle the call UI showed (a call-back from Recents).
+    func identity(forHandle handle: String) -> String { manager.callers.identity(forHandle: handle) }
+
     func call(_ user: String, video: Bool = false) {
         Task {
             do {
