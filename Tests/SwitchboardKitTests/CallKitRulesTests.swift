@@ -248,6 +248,7 @@ import SwitchboardSupport
         await bob.manager.reconcileWithSystem()
         #expect(bob.ended(id) == .unanswered || bob.ended(id) == .remoteEnded, "\(String(describing: bob.ended(id)))")
         #expect(bob.system.liveCalls.isEmpty)
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
         await alice.disconnect()
         await bob.client.disconnect()
     }

@@ -698,6 +698,7 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         let state = try await alice.callState(id.uuidString.lowercased(), http: CurlHTTPTransport())
         #expect(state["state"] == "ended", "the end was sent before the connection closed: \(state)")
         #expect(state["ended_by"] == "bob")
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
         await alice.disconnect()
     }
 }
