@@ -235,17 +235,24 @@ import SwitchboardSupport
         client.socket.close()
     }
 
-    /// An idle client that answers is pinged once per ping interval: not once per idle
-    /// timeout (the keepalive visits it again a ping interval after each ping) and not more.
-    @Test func anIdleClientIsPingedOncePerPingInterval() async throws {
+    /// A server that pings after a second of silence (and drops after 30 s), and a raw session
+    /// on it.
+    private func sessionPingedEverySecond() async throws -> (TestServer, RawSocket) {
         let server = try TestServer {
             $0.limits.pingIntervalSeconds = 1
             $0.limits.idleTimeoutSeconds = 30
         }
-        defer { server.stop() }
         let socket = try RawSocket(port: server.server.port)
-        defer { socket.close() }
         _ = try await socket.openSession(token: server.token())
+        return (server, socket)
+    }
+
+    /// An idle client that answers is pinged once per ping interval: not once per idle
+    /// timeout (the keepalive visits it again a ping interval after each ping) and not more.
+    @Test func anIdleClientIsPingedOncePerPingInterval() async throws {
+        let (server, socket) = try await sessionPingedEverySecond()
+        defer { server.stop() }
+        defer { socket.close() }
         // Read and answer on a thread of its own: a pong that waits for this task to be
         // scheduled again (the whole suite shares two cores) would hold the next ping back.
         let (pings, log) = try await offThePool { () -> (Int, [String]) in
@@ -275,14 +282,9 @@ import SwitchboardSupport
     /// A pong that comes after the next visit was due (a slow client, a busy host): the next
     /// ping still comes a ping interval after it, not only when the idle timeout is near.
     @Test func aLatePongIsFollowedByTheNextPingAnIntervalLater() async throws {
-        let server = try TestServer {
-            $0.limits.pingIntervalSeconds = 1
-            $0.limits.idleTimeoutSeconds = 30
-        }
+        let (server, socket) = try await sessionPingedEverySecond()
         defer { server.stop() }
-        let socket = try RawSocket(port: server.server.port)
         defer { socket.close() }
-        _ = try await socket.openSession(token: server.token())
         let gap = try await offThePool { () -> Duration? in
             guard let first = try? socket.blockingReadFrame(limit: .seconds(5)), first.0 == 0x9 else { return nil }
             Thread.sleep(forTimeInterval: 1.6)  // past the visit a second after the ping

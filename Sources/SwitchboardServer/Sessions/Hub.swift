@@ -299,23 +299,27 @@ final class Hub: @unchecked Sendable {
 
     /// Sends the reply to a request, after the replies to earlier requests still owed.
     func reply(_ envelope: Envelope, to session: Session) {
-        if let error = envelope.error { metrics.increment("switchboard_errors_total", ["code": error.code.rawValue]) }
-        guard let bytes = codec.encode(envelope) else { return }
+        guard let frame = replyFrame(envelope) else { return }
         guard session.repliesInOrder.isEmpty else {
-            session.repliesInOrder.append((session.nextReplySlot, OutboundFrame(bytes)))
+            session.repliesInOrder.append((session.nextReplySlot, frame))
             session.nextReplySlot += 1
             return
         }
-        transmit(OutboundFrame(bytes), to: session)
+        transmit(frame, to: session)
+    }
+
+    /// A reply as it goes out, its error counted.
+    private func replyFrame(_ envelope: Envelope) -> OutboundFrame? {
+        if let error = envelope.error { metrics.increment("switchboard_errors_total", ["code": error.code.rawValue]) }
+        return codec.encode(envelope).map { OutboundFrame($0) }
     }
 
     /// The reply to a request answered later, in its place: it and the replies held behind it
     /// go out once every earlier one has.
     private func replyLater(_ envelope: Envelope, slot: UInt64, to session: Session) {
-        if let error = envelope.error { metrics.increment("switchboard_errors_total", ["code": error.code.rawValue]) }
         guard let index = session.repliesInOrder.firstIndex(where: { $0.slot == slot }) else { return }
-        if let bytes = codec.encode(envelope) {
-            session.repliesInOrder[index].frame = OutboundFrame(bytes)
+        if let frame = replyFrame(envelope) {
+            session.repliesInOrder[index].frame = frame
         } else {
             session.repliesInOrder.remove(at: index)
         }
