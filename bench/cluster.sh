@@ -5,6 +5,9 @@ store="${SWITCHBOARD_TEST_POSTGRES_URL:?make bench runs under scripts/with-postg
 cluster_rate="${CLUSTER_RATE:-4000}"
 cluster_pairs="${CLUSTER_PAIRS:-20}"
 cluster_messages=$((cluster_rate * ${CLUSTER_SECONDS:-10}))
+# CLUSTER_PARTS=setup,takeover runs only those parts (relay, connects, setup, takeover) and
+# prints their JSON lines; BENCHMARKS.md is written only from a run of every part.
+part() { [ -z "${CLUSTER_PARTS:-}" ] || [[ ",${CLUSTER_PARTS}," == *",$1,"* ]]; }
 redis_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 taskset -c 0 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$out" --logfile "$out/redis.log" &
 redis_pid=$!
@@ -36,7 +39,8 @@ cluster_relay() {  # cluster_relay NAME SENDER_PORT RECEIVER_PORT PIDS...: the p
     --steal "$start_steal" "$end_steal" >>"$out/cluster.jsonl"
 }
 
-for run in $(seq 1 "$runs"); do
+cluster_args=(--cluster-redis-url "redis://127.0.0.1:$redis_port/0")
+if part relay; then for run in $(seq 1 "$runs"); do
   # One node: both members of each room on it.
   start_node "single-$run"
   single=$node_pid
@@ -45,18 +49,18 @@ for run in $(seq 1 "$runs"); do
 
   # Two nodes: each room runs on the receivers' node; every signal crosses from the sender's
   # node through Redis. The CPU counted is both nodes' and Redis'.
-  cluster_args=(--cluster-redis-url "redis://127.0.0.1:$redis_port/0")
   start_node "a-$run" "${cluster_args[@]}" --node-id "bench-a-$run"
   node_a=$node_pid port_a=$node_port
   start_node "b-$run" "${cluster_args[@]}" --node-id "bench-b-$run"
   node_b=$node_pid port_b=$node_port
   cluster_relay two-nodes "$port_a" "$port_b" "$node_a" "$node_b" "$redis_pid"
   stop "$node_a" "$node_b"
-done
+done; fi
 
 # Connects per second to a node of the cluster, straight and through HAProxy (its configuration
 # as docs/scaling.md gives it, one backend), alternating, the same node in the same run.
 ulimit -n "$(ulimit -Hn)"
+if part connects; then
 connect_seconds="${CLUSTER_CONNECT_SECONDS:-15}"
 start_node "connects" "${cluster_args[@]}" --node-id "bench-connects"
 connect_node=$node_pid
@@ -75,9 +79,12 @@ for run in $(seq 1 "$runs"); do
   done
 done
 stop "$haproxy_pid" "$connect_node"
+fi
+
 # Call setup across nodes: callers on one node, their callees' sessions (and phones, through the
 # APNs sandbox) on another, at $setup_rate calls/s; beside the same on one node, same store.
 setup_rate="${CLUSTER_SETUP_RATE:-500}"
+if part setup; then
 setup_seconds="${CLUSTER_SETUP_SECONDS:-20}"
 [ -f "$out/push-key.p8" ] || openssl ecparam -name prime256v1 -genkey -noout 2>/dev/null | openssl pkcs8 -topk8 -nocrypt -out "$out/push-key.p8"
 start_sandbox 1 "$out/cluster-sandbox"
@@ -85,12 +92,12 @@ setup_args=(--apns-url "$sandbox_url" --apns-ca-file "$sandbox_cert" --invites-p
 setup_run() {  # setup_run NAME CALLER_PORT CALLEE_PORT PIDS...: a warm-up, then the calls from core 1; CPU of PIDS
   local name=$1 caller=$2 callee=$3; shift 3
   taskset -c 1 "$bin/switchboard-bench" calls --server "ws://127.0.0.1:$caller" --callee-server "ws://127.0.0.1:$callee" \
-    --api-key "$cluster_key" --api-secret "$cluster_secret" --rate 100 --seconds 1 --callers 5 --callees 5 >/dev/null
+    --api-key "$cluster_key" --api-secret "$cluster_secret" --rate 100 --seconds 1 --callers 5 --callees 5 --cancel-at-end >/dev/null
   local before=0 after=0 pid
   for pid in "$@"; do before=$((before + $(cpu_ticks "$pid"))); done
   local start_steal; start_steal=$(steal_ticks)
   taskset -c 1 "$bin/switchboard-bench" calls --server "ws://127.0.0.1:$caller" --callee-server "ws://127.0.0.1:$callee" \
-    --api-key "$cluster_key" --api-secret "$cluster_secret" --rate "$setup_rate" --seconds "$setup_seconds" >"$out/setup-result"
+    --api-key "$cluster_key" --api-secret "$cluster_secret" --rate "$setup_rate" --seconds "$setup_seconds" --cancel-at-end >"$out/setup-result"
   for pid in "$@"; do after=$((after + $(cpu_ticks "$pid"))); done
   local end_steal; end_steal=$(steal_ticks)
   python3 bench/run_row.py "$name" "$out/setup-result" --server-ticks "$((after - before))" \
@@ -116,11 +123,12 @@ for run in $(seq 1 "$runs"); do
   stop "$node_a" "$node_b"
 done
 stop "$sandbox_pid"
+fi
 
 # Takeover: a ringing call's owner killed (SIGKILL); the time until its callee's answer, sent
-# again every 100 ms to the other node, is accepted. At the default lease and at 3 s.
-for run in $(seq 1 "$runs"); do
-  for lease in 15 3; do
+# again every 100 ms to the other node, is accepted. At the default lease and at 15 s.
+if part takeover; then for run in $(seq 1 "$runs"); do
+  for lease in 4 15; do
     start_node "takeover-a-$run-$lease" "${cluster_args[@]}" --node-id "takeover-a-$run-$lease" --call-lease-seconds "$lease"
     node_a=$node_pid port_a=$node_port
     start_node "takeover-b-$run-$lease" "${cluster_args[@]}" --node-id "takeover-b-$run-$lease" --call-lease-seconds "$lease"
@@ -130,8 +138,8 @@ for run in $(seq 1 "$runs"); do
     wait "$node_a" 2>/dev/null || true
     stop "$node_b"
   done
-done
+done; fi
 
 stop "$redis_pid"
 cat "$out/cluster.jsonl"
-write_section "## Cluster:" cluster_report.py "$out/cluster.jsonl" "$runs" "$cluster_rate" "$cluster_pairs" "$cluster_messages" "$setup_rate"
+[ -n "${CLUSTER_PARTS:-}" ] || write_section "## Cluster:" cluster_report.py "$out/cluster.jsonl" "$runs" "$cluster_rate" "$cluster_pairs" "$cluster_messages" "$setup_rate"

@@ -4,6 +4,7 @@
 //
 //   switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND]
 //       [--seconds N] [--callers C] [--callees D] [--ring-timeout S] [--callee-server ws://HOST:PORT]
+//       [--cancel-at-end]
 //
 // Registers D callees (500), each with an iOS device and a VoIP token, then C callers (50) start
 // calls at the given rate (500) for N seconds (20), round robin over callees; each call rings
@@ -13,7 +14,10 @@
 // `call.create` to the callee's `call.incoming`. Prints one JSON line:
 // {"calls_per_second": …, "created": …, "failed": …, "seconds": …, "rate": …, "reply_p50_us": …, "reply_p99_us": …},
 // with --callee-server also "invite_p50_us", "invite_p99_us" and "invites" (the created calls
-// whose invite arrived, waited for at most 5 s after the last reply).
+// whose invite arrived, waited for at most 5 s after the last reply). With --cancel-at-end each
+// caller then cancels its calls, and the run waits for the replies (at most 30 s), so that no
+// call of this run is left ringing in a store the next run shares (a server sweeping up a
+// stopped server's calls would be measured with it).
 
 import Foundation
 import SwitchboardProtocol
@@ -30,6 +34,7 @@ func benchCalls(_ arguments: [String]) async throws {
     let calleeCount = Int(option("callees", in: arguments) ?? "500") ?? 500
     let ringTimeout = Int(option("ring-timeout", in: arguments) ?? "120") ?? 120
     let calleeServer = option("callee-server", in: arguments)
+    let cancelAtEnd = arguments.contains("--cancel-at-end")
     func token(_ identity: String) -> String {
         target.token(for: identity, grants: SwitchboardProtocol.Grants(call: true))
     }
@@ -56,6 +61,7 @@ func benchCalls(_ arguments: [String]) async throws {
     }
     let calls = CallRun(
         callers: callers, calleeSessions: sessions, callees: callees, rate: rate, total: rate * seconds, ringTimeout: ringTimeout, loop: loop)
+    calls.cancelAtEnd = cancelAtEnd
     let elapsed = await withCheckedContinuation { (done: CheckedContinuation<Double, Never>) in
         loop.execute { calls.start(done) }
     }
@@ -98,6 +104,13 @@ final class CallRun: @unchecked Sendable {
     /// Seconds from the first call to the last reply, once every reply is in.
     private var repliedAfter: Double?
     var done: CheckedContinuation<Double, Never>?
+    /// Cancel every created call once the run is measured (`--cancel-at-end`).
+    var cancelAtEnd = false
+    /// The created calls' ids, by request id (kept with `cancelAtEnd`).
+    private var createdIDs: [Int: String] = [:]
+    /// Cancels sent and answered.
+    private var cancelsSent = 0
+    private var cancelsAnswered = 0
 
     /// How an invite event starts (the server writes `type` first).
     private static let invitePrefix = #"{"type":"\#(CallEvent.Kind.incoming.rawValue)""#
@@ -153,10 +166,16 @@ final class CallRun: @unchecked Sendable {
                     else { return }
                     id = Int(parsed)
                 }
-                guard id >= 0, id < total else { return }
+                if id >= total {
+                    cancelsAnswered += 1
+                    if cancelsAnswered == cancelsSent { finish() }
+                    return
+                }
+                guard id >= 0 else { return }
                 if ok {
                     created += 1
                     replyLatencies.append(monotonicMicros() &- sentAt[id])
+                    if cancelAtEnd, let callID = Self.quickCallID(in: text) { createdIDs[id] = callID }
                     if timesInvites, let callID = Self.callID(in: text) { see(callID, .sent(at: sentAt[id])) }
                 } else {
                     failed += 1
@@ -183,6 +202,13 @@ final class CallRun: @unchecked Sendable {
     private static func callID(in text: String) -> String? {
         let message = try? JSONDecoder().decode(SwitchboardProtocol.JSONValue.self, from: Data(text.utf8))
         return message?["data"]?["call_id"]?.stringValue
+    }
+
+    /// `"call_id":"…"` read without parsing the message (a `call.create` reply's call).
+    private static func quickCallID(in text: String) -> String? {
+        guard let key = text.range(of: #""call_id":""#) else { return nil }
+        let rest = text[key.upperBound...]
+        return rest.firstIndex(of: "\"").map { String(rest[..<$0]) }
     }
 
     /// One end of a call seen: with the other already seen, the invite's latency.
@@ -212,6 +238,20 @@ final class CallRun: @unchecked Sendable {
 
     private func finish() {
         guard let done, let repliedAfter else { return }
+        if cancelAtEnd && cancelsSent == 0 && !createdIDs.isEmpty {
+            // Each call cancelled by the session that created it (request id modulo callers).
+            for (offset, request) in createdIDs.keys.sorted().enumerated() {
+                callers[request % callers.count].send(
+                    text: #"{"type":"call.cancel","id":\#(total + offset),"data":{"call_id":"\#(createdIDs[request]!)"}}"#)
+            }
+            cancelsSent = createdIDs.count
+            loop.schedule(after: .seconds(30)) { [self] in
+                cancelsSent = cancelsAnswered
+                finish()
+            }
+            return
+        }
+        guard cancelsAnswered == cancelsSent else { return }
         self.done = nil
         done.resume(returning: repliedAfter)
     }

@@ -20,7 +20,7 @@ default:
     fail("usage: switchboard-bench push --url URL --ca-file PEM [--count N] [--concurrency C] [--connections K]\n"
         + "       switchboard-bench relay --server ws://HOST:PORT --api-key K --api-secret S [--pairs N] [--messages M] [--window W | --rate PER_SECOND] [--receiver-server ws://HOST:PORT]\n"
         + "       switchboard-bench idle --server ws://HOST:PORT --api-key K --api-secret S [--connections N] [--parallel P] [--hold SECONDS]\n"
-        + "       switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND] [--seconds N] [--callers C] [--callees D] [--ring-timeout S] [--callee-server ws://HOST:PORT]\n"
+        + "       switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND] [--seconds N] [--callers C] [--callees D] [--ring-timeout S] [--callee-server ws://HOST:PORT] [--cancel-at-end]\n"
         + "       switchboard-bench churn --server ws://HOST:PORT --api-key K --api-secret S [--seconds N] [--parallel P] [--join-rooms N]\n"
         + "       switchboard-bench store --data-dir DIR | --store-url URL [--seconds N] [--mode queued|queued-code|single] [--commit-delay-ms N]")
 }

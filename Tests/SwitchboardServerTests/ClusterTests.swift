@@ -592,6 +592,13 @@ struct ClusterTests {
         }
         #expect(try await act(bob, MessageType.callAnswer, callID).error?.code == .unavailable)
         try await offThePool { try cluster.redis.start() }
+        // Whom the call rings is written again as soon as its owner is back on Redis (a device
+        // of bob's connecting anywhere gets the invite).
+        try await within(.seconds(5), "the call's ringing mark to be written again") {
+            while try await offThePool({ try cluster.redis.command(["KEYS", "sb:ringing:*:bob"]) })?.array?.isEmpty ?? true {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
         let answered = try await actUntilTaken(bob, MessageType.callAnswer, callID)
         #expect(answered.data?["state"] == "accepted", "\(answered)")
         _ = try await event(alice, "call.accepted", call: callID)

@@ -459,7 +459,7 @@ extension Hub {
         if effects.contains(.save) {
             cluster.markRinging(
                 appID: call.state.appID, callees: call.state.callees, ringing: Set(call.state.ringingCallees), callID: call.state.id,
-                untilMillis: leaseUntilMillis)
+                untilMillis: call.state.ringExpiresAtMillis)
         }
         let saves = effects.contains(.save)
         // An ended call's history goes in the same wait: a client told the call ended can read

@@ -139,13 +139,43 @@ extension Cluster {
 
     // MARK: Calls
 
-    /// Holds the call for this node until `untilMillis` (its creation, and every renewal of
-    /// its lease); `lost` hears when another node holds it now (it was taken over).
-    func hold(callID: String, untilMillis: Int64, nowMillis: Int64, lost: @escaping () -> Void = {}) {
-        commands?.send(["EVAL", Self.holdScript, "1", Self.callKey(callID), nodeID, String(max(1, untilMillis - nowMillis))]) { result in
-            if case .success(.integer(0)) = result { lost() }
+    /// Holds a call created here for this node until `untilMillis` (`renew` keeps it).
+    func hold(callID: String, untilMillis: Int64, nowMillis: Int64) {
+        commands?.send(["EVAL", Self.holdScript, "1", Self.callKey(callID), nodeID, String(max(1, untilMillis - nowMillis))]) { _ in }
+    }
+
+    /// Renews this node's hold on `calls` in one command (a batch of the lease renewal), and
+    /// the busy marks of each one's answered participants; `lost` hears each call another node
+    /// holds now.
+    func renew(_ calls: [(id: String, appID: String, busy: [String])], untilMillis: Int64, nowMillis: Int64, lost: @escaping (String) -> Void) {
+        guard !calls.isEmpty else { return }
+        let marks = calls.flatMap { call in call.busy.map { (key: Self.busyKey(appID: call.appID, identity: $0), callID: call.id) } }
+        let keys = calls.map { Self.callKey($0.id) } + marks.map(\.key)
+        let arguments = [nodeID, String(max(1, untilMillis - nowMillis)), String(untilMillis), String(calls.count)] + marks.map(\.callID)
+        commands?.send(["EVAL", Self.renewScript, String(keys.count)] + keys + arguments) { result in
+            guard case .success(.array(let indexes)) = result else { return }
+            for index in indexes.compactMap(\.integer) where index >= 1 && index <= calls.count { lost(calls[Int(index) - 1].id) }
         }
     }
+
+    /// A batch of renewals. KEYS: ARGV[4] call keys, then busy keys; ARGV: the node, the
+    /// lease in ms, its end (ms since 1970), the number of call keys, then each busy key's
+    /// call. Each call key this node or nobody holds is set for the lease (`holdScript`); each
+    /// busy mark is kept to the lease's end (its key at least as long). Answers the (1-based)
+    /// call keys another node holds.
+    static let renewScript = """
+        local lost = {}
+        local calls = tonumber(ARGV[4])
+        for i = 1, calls do
+            local v = redis.call('get', KEYS[i])
+            if v == false or v == ARGV[1] then redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2]) else lost[#lost + 1] = i end
+        end
+        for i = calls + 1, #KEYS do
+            redis.call('zadd', KEYS[i], ARGV[3], ARGV[4 + i - calls])
+            if redis.call('pexpiretime', KEYS[i]) < tonumber(ARGV[3]) then redis.call('pexpireat', KEYS[i], ARGV[3]) end
+        end
+        return lost
+        """
 
     /// Takes a call whose owner stopped renewing it, if no other node took it first (a key
     /// this node's id holds is its own: the process before it under the same id is gone);
@@ -162,18 +192,26 @@ extension Cluster {
         commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.callKey(callID), nodeID]) { _ in }
     }
 
-    /// Which of `callees` call `callID` rings now (until `untilMillis`): a device of theirs that
-    /// connects to any node gets its invite (`ringingCalls`).
+    /// Which of `callees` call `callID` rings now (until `untilMillis`, the end of its ring: a
+    /// mark no renewal needs): a device of theirs that connects to any node gets its invite
+    /// (`ringingCalls`).
     func markRinging(appID: String, callees: [String], ringing: Set<String>, callID: String, untilMillis: Int64) {
         for callee in callees {
             let key = "sb:ringing:" + appID + ":" + callee
             if ringing.contains(callee) {
-                commands?.send(["ZADD", key, String(untilMillis), callID]) { _ in }
-                commands?.send(["PEXPIREAT", key, String(untilMillis)]) { _ in }
+                mark(key, callID: callID, untilMillis: untilMillis)
             } else {
                 commands?.send(["ZREM", key, callID]) { _ in }
             }
         }
+    }
+
+    /// Adds `callID` to a set of marks until `untilMillis`; the set's key lasts at least that
+    /// long (never shortened: another call's mark in it may last longer).
+    private func mark(_ key: String, callID: String, untilMillis: Int64) {
+        commands?.send(["ZADD", key, String(untilMillis), callID]) { _ in }
+        commands?.send(["PEXPIREAT", key, String(untilMillis), "NX"]) { _ in }
+        commands?.send(["PEXPIREAT", key, String(untilMillis), "GT"]) { _ in }
     }
 
     /// The calls ringing for `identity` now, on any node.
@@ -196,8 +234,7 @@ extension Cluster {
     func markBusy(appID: String, identity: String, callID: String, untilMillis: Int64?) {
         let key = Self.busyKey(appID: appID, identity: identity)
         if let untilMillis {
-            commands?.send(["ZADD", key, String(untilMillis), callID]) { _ in }
-            commands?.send(["PEXPIREAT", key, String(untilMillis)]) { _ in }
+            mark(key, callID: callID, untilMillis: untilMillis)
         } else {
             commands?.send(["ZREM", key, callID]) { _ in }
         }

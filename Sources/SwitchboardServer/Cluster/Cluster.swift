@@ -105,6 +105,7 @@ package final class Cluster: @unchecked Sendable {
         commands.onStateChange = { [weak self] up in
             guard let self else { return }
             if up { logger.info("connected to Redis", ["redis": url.description]) } else { logger.warning("lost Redis; reconnecting", ["redis": url.description]) }
+            if up { hub?.clusterRedisConnected() }
         }
         let subscriber = RedisConnection(url: url, loop: loop)
         subscriber.onStateChange = { [weak self] up in

@@ -147,25 +147,52 @@ extension Hub {
         logger.info("this node no longer runs the call", ["call": state.id])
     }
 
-    /// Renews this node's hold on its calls in Redis and the busy marks of their participants.
+    /// Renews this node's hold on its calls in Redis and the busy marks of their answered
+    /// participants: in batches of `renewalBatch` calls, one command each, spread over the
+    /// first half of the renewal period (at most `renewalSpacing` apart) so that the setups
+    /// and actions arriving meanwhile never queue behind thousands of renewals. A call that
+    /// ends before its batch is skipped; one that starts meanwhile was held at its creation.
     func renewClusterLeases() {
+        guard cluster != nil else { return }
+        let ids = Array(calls.keys)
+        let batches = stride(from: 0, to: ids.count, by: Self.renewalBatch).map { Array(ids[$0..<min($0 + Self.renewalBatch, ids.count)]) }
+        let half = Duration.milliseconds(configuration.limits.callLeaseSeconds * 1000 / 6)
+        let spacing = batches.count > 1 ? min(Self.renewalSpacing, half / (batches.count - 1)) : .zero
+        for (index, batch) in batches.enumerated() {
+            if index == 0 { renewLeases(of: batch) } else {
+                _ = scheduler?.schedule(after: spacing * index) { [weak self] in self?.renewLeases(of: batch) }
+            }
+        }
+    }
+
+    /// Redis answers again (a restart loses everything in it): whom this node's calls ring is
+    /// written again at once, since no renewal rewrites it; the calls' keys and busy marks
+    /// come back with the next renewal.
+    func clusterRedisConnected() {
         guard let cluster else { return }
-        let until = leaseUntilMillis, nowMillis = wallMillis
-        for call in calls.values {
-            cluster.hold(callID: call.state.id, untilMillis: until, nowMillis: nowMillis) { [weak self, weak call] in
-                if let self, let call { disown(call) }
-            }
-        }
-        for call in calls.values where call.state.isRinging || !call.state.ringingCallees.isEmpty {
+        for call in calls.values where !call.state.ringingCallees.isEmpty {
+            let state = call.state
             cluster.markRinging(
-                appID: call.state.appID, callees: call.state.callees, ringing: Set(call.state.ringingCallees), callID: call.state.id, untilMillis: until)
+                appID: state.appID, callees: state.callees, ringing: Set(state.ringingCallees), callID: state.id, untilMillis: state.ringExpiresAtMillis)
         }
-        for (key, ids) in answeredCallsByUser {
-            for id in ids {
-                guard let state = calls[id]?.state else { continue }
-                let identity = String(key.dropFirst(state.appID.utf8.count + 1))
-                cluster.markBusy(appID: state.appID, identity: identity, callID: id, untilMillis: until)
+    }
+
+    /// Calls per renewal command, and the most time between two such commands.
+    static let renewalBatch = 200
+    static let renewalSpacing = Duration.milliseconds(5)
+
+    private func renewLeases(of ids: [String]) {
+        guard let cluster else { return }
+        let live = ids.compactMap { calls[$0] }
+        let batch = live.map { call in
+            let state = call.state
+            let busy = answeredCallsByUser.isEmpty ? [] : ([state.caller] + state.callees).filter {
+                answeredCallsByUser[Self.userKey(state.appID, $0)]?.contains(state.id) == true
             }
+            return (id: state.id, appID: state.appID, busy: busy)
+        }
+        cluster.renew(batch, untilMillis: leaseUntilMillis, nowMillis: wallMillis) { [weak self] id in
+            if let self, let call = calls[id] { disown(call) }
         }
     }
 }

@@ -109,12 +109,12 @@ public struct ServerConfiguration: Sendable {
         public var callUnattendedSeconds = 60
         /// How long a server's claim on its live calls lasts unless renewed (every third of it):
         /// a call whose owner stopped renewing is ended by another server sharing the store.
-        public var callLeaseSeconds = 15
+        public var callLeaseSeconds = 4
         /// A node that stopped renewing its presence in the cluster (it renews every third of
         /// this) is gone after this long: its sessions' entries expire and its id is free.
         public var nodeTimeoutSeconds = 10
         /// How long a node waits for the node that owns a call to answer an action it passed on.
-        public var clusterForwardTimeoutMillis = 5000
+        public var clusterForwardTimeoutMillis = 2000
         /// Any call ends this long after it started.
         public var maxCallDurationSeconds = 86_400
         /// Request bodies buffered at once across every connection.

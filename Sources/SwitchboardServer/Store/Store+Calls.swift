@@ -9,8 +9,8 @@ extension Store {
     // MARK: Calls
 
     /// Writes a call's record (queued), with this store's `owner` holding it until
-    /// `leaseUntilMillis` (`renewCallLeases` extends it); `written` runs on the writer once it is
-    /// stored.
+    /// `leaseUntilMillis` or while the owner renews its lease (`renewCallLeases`); `written`
+    /// runs on the writer once it is stored.
     /// `continuation`: what another node needs to continue the call (in a cluster).
     func saveCall(
         _ state: CallState, idempotencyKey: String?, leaseUntilMillis: Int64, continuation: String? = nil, written: (@Sendable () -> Void)? = nil
@@ -42,10 +42,14 @@ extension Store {
     }
 
     /// Extends this store's `owner`'s hold on every call it runs to `untilMillis` (queued: one
-    /// statement, whatever the number of calls).
+    /// row, whatever the number of calls); owners gone for a day are forgotten.
     func renewCallLeases(untilMillis: Int64) {
-        enqueue("call leases", statements: [SQLStatement(
-            "UPDATE calls SET lease_until = ? WHERE state != 'ended' AND owner = ?", [.integer(untilMillis), .text(owner)])])
+        enqueue("call leases", statements: [
+            SQLStatement(
+                "INSERT INTO call_owners (owner, lease_until) VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until",
+                [.text(owner), .integer(untilMillis)]),
+            SQLStatement("DELETE FROM call_owners WHERE lease_until < ?", [.integer(untilMillis - 86_400_000)]),
+        ])
     }
 
     /// Writes every participant's history entry for an ended call (queued).
@@ -133,9 +137,13 @@ extension Store {
     func liveCall(id: String, nowMillis: Int64) throws -> (abandoned: AbandonedCall?, held: Bool)? {
         try read { database in
             guard let row = try database.query(
-                "SELECT id, continuation, lease_until, owner FROM calls WHERE id = ? AND state != 'ended'", [.text(id)]).first
+                """
+                SELECT c.id, c.continuation, c.lease_until, c.owner, o.lease_until FROM calls c
+                LEFT JOIN call_owners o ON o.owner = c.owner WHERE c.id = ? AND c.state != 'ended'
+                """, [.text(id)]).first
             else { return nil }
-            let expired = (row[2].int64 ?? 0) < nowMillis && row[3].string != owner
+            let callLease = row[2].int64 ?? 0
+            let expired = row[3].string != owner && callLease < nowMillis && (callLease == 0 || (row[4].int64 ?? 0) < nowMillis)
             return (expired ? AbandonedCall(id: id, continuation: row[1].string) : nil, !expired)
         }
     }
@@ -185,16 +193,23 @@ extension Store {
     private static func abandoned(_ which: Abandoned) -> String {
         switch which {
         case .everyOtherOwner: "state != 'ended' AND (owner IS NULL OR owner != ?)"
-        case .leaseExpired: "state != 'ended' AND (owner IS NULL OR owner != ?) AND (lease_until IS NULL OR lease_until < ? OR owner = ?)"
-        case .leaseExpiredCall: "state != 'ended' AND (owner IS NULL OR owner != ?) AND (lease_until IS NULL OR lease_until < ?) AND id = ?"
+        case .leaseExpired: "state != 'ended' AND (owner IS NULL OR owner != ?) AND (owner = ? OR " + leaseOver + ")"
+        case .leaseExpiredCall: "state != 'ended' AND (owner IS NULL OR owner != ?) AND " + leaseOver + " AND id = ?"
         }
     }
+
+    /// A call's lease is over: none, given up (0), or past with its owner's lease past too
+    /// (parameters: now, now).
+    private static let leaseOver = """
+        (lease_until IS NULL OR lease_until = 0 OR (lease_until < ? AND NOT EXISTS \
+        (SELECT 1 FROM call_owners o WHERE o.owner = calls.owner AND o.lease_until >= ?)))
+        """
 
     private static func abandonedParameters(_ which: Abandoned, _ owner: String, _ nowMillis: Int64) -> [SQLValue] {
         switch which {
         case .everyOtherOwner: [.text(owner)]
-        case .leaseExpired(let previous): [.text(owner), .integer(nowMillis), .text(previous ?? "")]
-        case .leaseExpiredCall(let id): [.text(owner), .integer(nowMillis), .text(id)]
+        case .leaseExpired(let previous): [.text(owner), .text(previous ?? ""), .integer(nowMillis), .integer(nowMillis)]
+        case .leaseExpiredCall(let id): [.text(owner), .integer(nowMillis), .integer(nowMillis), .text(id)]
         }
     }
 

@@ -141,6 +141,18 @@ public final class Store: Sendable {
         """
         ALTER TABLE calls ADD COLUMN continuation TEXT;
         """,
+        // 9: until when each server process holds its calls (wall-clock ms), renewed as one
+        // row: a live call is its owner's while either this or the call's own lease_until (set
+        // at each save; 0 once given up) runs, so no renewal rewrites every call's row. The
+        // sweep for abandoned calls reads the live calls only (a partial index), not the
+        // history of every call ever made.
+        """
+        CREATE TABLE call_owners (
+            owner TEXT PRIMARY KEY,
+            lease_until INTEGER NOT NULL
+        );
+        CREATE INDEX calls_unended ON calls (owner, lease_until) WHERE state != 'ended';
+        """,
     ]
 
     /// Which database the store runs on.
