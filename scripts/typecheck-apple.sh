@@ -11,6 +11,7 @@
 #             misspelt;
 #   macOS   - with the frameworks importable but not building for iOS (as on a Mac), none of the
 #             Apple-only types is compiled (CallKit's call types are unavailable on macOS).
+# First, scripts/sdk-closure.py: an iOS app adding SwitchboardKit builds Swift targets only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=.build/apple-typecheck
@@ -38,6 +39,14 @@ build_kit() {
 }
 
 started=$(date +%s)
+# What an iOS app adding the package builds: SwitchboardKit's targets on iOS, Swift only (the
+# C libraries are its dependency on Linux only). The same check on Linux must find them.
+swift package dump-package >"$out/package.json"
+python3 scripts/sdk-closure.py SwitchboardKit ios <"$out/package.json"
+if python3 scripts/sdk-closure.py SwitchboardKit linux <"$out/package.json" >/dev/null 2>&1; then
+  echo "apple typecheck: the closure check found no C library in SwitchboardKit's Linux build: it checks nothing" >&2
+  exit 1
+fi
 mkdir -p "$out/protocol"
 swiftc -emit-module "${flags[@]}" -module-name SwitchboardSupport -emit-module-path "$out/protocol/SwitchboardSupport.swiftmodule" \
   Sources/SwitchboardSupport/*.swift

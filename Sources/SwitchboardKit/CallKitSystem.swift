@@ -19,7 +19,7 @@ import SwitchboardProtocol
 /// before fulfilling them, and never activates it: CallKit does, and media starts only on
 /// `CallManagerEvent.audioActive(true)` (`didActivate`), with WebRTC's audio in manual mode.
 public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unchecked Sendable {
-    // Safety: CXProvider and CXCallController are thread-safe; `delegate` is set once at start;
+    // Safety: CXProvider and CXCallController are thread-safe; the delegate is in `inbox`;
     // `videoCalls` and `pending` are under their locks.
 
     /// How the system call UI presents the app's calls.
@@ -50,8 +50,13 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         public init() {}
     }
 
-    /// Receives the user's actions; `CallManager` sets itself.
-    public weak var delegate: (any CallSystemDelegate)?
+    /// Receives the user's actions; `CallManager` sets itself. An action CallKit delivers
+    /// before there is one waits for it (`ActionInbox`).
+    public var delegate: (any CallSystemDelegate)? {
+        get { inbox.delegate }
+        set { inbox.delegate = newValue }
+    }
+    private let inbox = ActionInbox()
     private let provider: CXProvider
     private let controller: CXCallController
     private let configuration: Configuration
@@ -188,7 +193,8 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         }
     }
 
-    /// Called by the media layer before it plays or records audio (see `CallSystem`).
+    /// Media is about to start (see `CallSystem`): CallKit activated the session, which is when
+    /// `CallManager` says so; nothing to check.
     public func mediaWillStartAudio(_ id: UUID) {}
 
     /// The calls CallKit shows now (see `CallSystem`).
@@ -212,10 +218,6 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
     /// Hands `action` to the delegate with its deadline; `fulfilled` runs after a fulfilment.
     private func forward(_ action: CXAction, as callAction: CallAction, fulfilled: @escaping @Sendable () -> Void = {}) {
         nonisolated(unsafe) let action = action
-        guard let delegate else {
-            action.fail()
-            return
-        }
         let key = action.uuid
         let pending = self.pending
         let completion = ActionCompletion(deadline: action.timeoutDate) { success in
@@ -228,7 +230,7 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
             }
         }
         pending.withLock { $0[key] = completion }
-        delegate.callSystem(perform: callAction, completion: completion)
+        inbox.perform(callAction, completion: completion)
     }
 
     /// Configures the audio session for a call that is starting or being answered. A failure

@@ -23,6 +23,13 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
 
     /// How long to wait for the server before failing an answer or ending an unknown call.
     public let serverTimeout: Duration
+    /// How long after a call is up here (answered, or placed) the system may take to activate
+    /// the audio session before the app hears `audioNotActivated`.
+    public let audioActivationTimeout: Duration
+    /// Whether the system's audio session is active now (its last `didActivate`/`didDeactivate`).
+    private let audioIsActive = Locked(false)
+    /// The call that came up here last (answered or placed): the one audio is for.
+    private let lastUp = Locked<UUID?>(nil)
     /// The connection to the server.
     public let client: SwitchboardClient
     /// The phone's call UI.
@@ -48,8 +55,9 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
     /// `UserDefaults` by default).
     public init(
         client: SwitchboardClient, system: any CallSystem, http: (any HTTPTransport)? = nil, serverTimeout: Duration = .seconds(10),
-        callers: CallerDirectory = CallerDirectory()
+        callers: CallerDirectory = CallerDirectory(), audioActivationTimeout: Duration = .seconds(5)
     ) {
+        self.audioActivationTimeout = audioActivationTimeout
         self.client = client
         self.callers = callers
         self.system = system
@@ -274,7 +282,10 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
 
     /// At launch: calls the system still shows that this run did not report (the app was killed
     /// during a call, or relaunched for an action) are matched with the server: one still ringing
-    /// for this user rings on; any other is ended with the server's reason.
+    /// for this user rings on; any other is ended with the server's reason. A live call this
+    /// phone placed, or answered (`CallerDirectory` keeps the last ids answered here), lost its
+    /// media with the earlier run: it ends here and the server hears it (`call.end`), so the
+    /// other side is not left in a call nobody has.
     public func reconcileWithSystem() async {
         let unknown = system.liveCallIDs.filter { id in calls.withLock { $0[id] == nil } }
         for id in unknown {
@@ -284,7 +295,18 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                 continue
             }
             var reason = CallEndedReason.failed
-            if let summary, let known = await endReason(from: summary) { reason = known }
+            if let summary {
+                let me = await client.identity
+                let mine = me != nil && summary["caller"]?.stringValue == me
+                let answeredHere = callers.wasAnswered(id)
+                if summary["state"] != "ended" && (mine || answeredHere) {
+                    send(MessageType.callEnd, CallActionRequest(callID: id.uuidString.lowercased(), reason: "app_relaunched"))
+                } else if answeredHere || mine {
+                    reason = summary["outcome"] == "failed" ? .failed : .remoteEnded
+                } else if let known = await endReason(from: summary) {
+                    reason = known
+                }
+            }
             system.reportCall(id, endedAt: Date(), reason: reason)
         }
     }
@@ -323,7 +345,11 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                 try? await Task.sleep(for: .milliseconds(200))
             }
         }
-        let stillRinging = calls.withLock { $0[id]?.phase == .ringing }
+        // A call answered here and up stays up: its media may well flow, and its own events
+        // (or the user) end it; nothing is known about it that says otherwise.
+        let phase = calls.withLock { $0[id]?.phase }
+        if phase == .answering || phase == .active { return }
+        let stillRinging = phase == .ringing
         update(id) { $0.end(ringing ? .unanswered : .failed, at: Date()) }
         if stillRinging && !sessionLost {
             send(MessageType.callDecline, CallActionRequest(callID: id.uuidString.lowercased(), reason: "filtered", filter: .unreachable))
@@ -426,8 +452,14 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         switch action {
         case .start:
             completion.fulfill()  // created on the server before the system was asked
+            lastUp.withLock { $0 = id }
+            watchAudioActivation(id)
         case .answer:
             let answering = calls.withLock { calls -> Bool in
+                // A call this run does not know (the app relaunched for the answer, or the
+                // action came before the push was handled): the UUID is the server's call id,
+                // so the answer goes to the server, which refuses it if the call is over.
+                if calls[id] == nil { calls[id] = PhoneCall.adopted(id, update: CallUpdate(handle: "", displayName: "", hasVideo: false)) }
                 guard var call = calls[id], call.userAnswers() else { return false }
                 calls[id] = call
                 return true
@@ -436,6 +468,7 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                 completion.fail()
                 return
             }
+            lastUp.withLock { $0 = id }
             answer(id, completion: completion)
         case .end:
             // Fulfilled at once: hanging up never waits for the network. A call this run does
@@ -483,7 +516,13 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
                     // The user may have ended the call while the confirmation was on its way:
                     // the action is then failed, never left for the system to time out.
                     let confirmed = calls.withLock { $0[id]?.phase == .answering }
-                    if confirmed { completion.fulfill() } else { completion.fail() }
+                    if confirmed {
+                        callers.rememberAnswered(id)
+                        completion.fulfill()
+                        watchAudioActivation(id)
+                    } else {
+                        completion.fail()
+                    }
                     update(id) { $0.answerConfirmed() }
                     return
                 } catch SwitchboardError.server(let error) {
@@ -505,9 +544,32 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
         update(action.callID) { $0.actionTimedOut(action, at: Date()) }
     }
 
-    /// Passes audio activation on to the app (`CallManagerEvent.audioActive`).
+    /// Passes audio activation on to the app (`CallManagerEvent.audioActive`), with the call
+    /// whose media it is for: the one up here and not on hold (the latest, after "Hold &
+    /// Accept" or "End & Accept").
     public func callSystem(didChangeAudioActive active: Bool) {
-        emit(.audioActive(active))
+        audioIsActive.withLock { $0 = active }
+        let latest = lastUp.withLock { $0 }
+        let call = calls.withLock { calls -> UUID? in
+            let up = calls.values.filter { !$0.isEnded && !$0.onHold && [.active, .answering, .calling].contains($0.phase) }.map(\.id)
+            return latest.flatMap { up.contains($0) ? $0 : nil } ?? up.first
+        }
+        // The SDK says when media may start, so the call system can hold it to its rule.
+        if active, let call { system.mediaWillStartAudio(call) }
+        emit(.audioActive(active, call: call))
+    }
+
+    /// After a call is up here: if the system has not activated the audio session within
+    /// `audioActivationTimeout` and the call is still up and not on hold, the app hears
+    /// `audioNotActivated` (it may never come: a known iOS fault, and the reason Apple asks
+    /// apps to set the provider's configuration again before each report).
+    private func watchAudioActivation(_ id: UUID) {
+        let timeout = audioActivationTimeout
+        track { [self] in
+            try? await Task.sleep(for: timeout)
+            let waiting = calls.withLock { $0[id].map { !$0.isEnded && !$0.onHold } ?? false }
+            if waiting && !audioIsActive.withLock({ $0 }) { emit(.audioNotActivated(id)) }
+        }
     }
 
     /// Ends every call on the server after the call UI dropped them.
@@ -551,7 +613,9 @@ public struct IncomingPush: Sendable {
 /// call UI (and so Recents and Contacts) shows a caller's handle (a phone number, an email:
 /// the `handle` claim of the caller's token), while `CallManager.startCall(to:)` takes
 /// identities: a call-back from Recents gives the handle, and `identity(forHandle:)` turns it
-/// back into the user. Outgoing calls show the callee's identity, which maps to itself.
+/// back into the user. Outgoing calls show the callee's identity, which maps to itself. It
+/// also keeps the ids of the last calls answered on this device, so that a relaunch knows
+/// which live call was this phone's (`CallManager.reconcileWithSystem()`).
 public final class CallerDirectory: Sendable {
     /// The `UserDefaults` suite it is kept in (nil: the app's standard defaults).
     public let suiteName: String?
@@ -579,6 +643,27 @@ public final class CallerDirectory: Sendable {
             defaults.set(entries, forKey: key)
         }
     }
+
+    /// Notes that the call was answered on this device (the SDK does it for every answer the
+    /// server confirms), so that a later run knows it was this phone's call.
+    func rememberAnswered(_ id: UUID) {
+        lock.withLock { _ in
+            var ids = defaults.stringArray(forKey: answeredKey) ?? []
+            ids.removeAll { $0 == id.uuidString }
+            ids.append(id.uuidString)
+            if ids.count > Self.answeredMemory { ids.removeFirst(ids.count - Self.answeredMemory) }
+            defaults.set(ids, forKey: answeredKey)
+        }
+    }
+
+    /// Whether the call was answered on this device (by this run or an earlier one).
+    func wasAnswered(_ id: UUID) -> Bool {
+        lock.withLock { _ in (defaults.stringArray(forKey: answeredKey) ?? []).contains(id.uuidString) }
+    }
+
+    private let answeredKey = "switchboard.answered"
+    /// How many answered call ids are kept.
+    static let answeredMemory = 50
 
     /// The user a handle the call UI showed belongs to; the handle itself when it is not known
     /// (an outgoing call's handle is the callee's identity).

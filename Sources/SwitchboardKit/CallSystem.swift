@@ -1,5 +1,6 @@
 import Foundation
 import SwitchboardProtocol
+import SwitchboardSupport
 import Synchronization
 
 /// Why the system ended a call it showed (CallKit's `CXCallEndedReason`).
@@ -72,7 +73,9 @@ public enum CallSystemError: Error, Sendable, Equatable {
         case .callUUIDAlreadyExists: nil
         case .filteredByDoNotDisturb: .doNotDisturb
         case .filteredByBlockList: .blockList
-        case .filteredDuringRestrictedSharingMode, .callIsProtected, .filteredBySensitiveParticipants: .restricted
+        case .filteredDuringRestrictedSharingMode: .restricted
+        case .callIsProtected: .protectedApp
+        case .filteredBySensitiveParticipants: .sensitiveParticipants
         case .unentitled: .unentitled
         case .unknownCallUUID, .maximumCallGroupsReached, .invalidAction, .unknown: .unknown
         }
@@ -116,6 +119,43 @@ public final class ActionCompletion: Sendable {
     }
 }
 
+/// A call system's delegate and the actions that came before it. CallKit may deliver an action
+/// as soon as the provider exists: the end or answer of a call left from an earlier run, when
+/// the app was relaunched for it, before `CallManager` made itself the delegate. Such an action
+/// waits here, in order, and goes to the delegate when one is set (unless the system gave up on
+/// it meanwhile), the ones waiting in the order they came; failing it would lose a decline
+/// made from the lock screen.
+final class ActionInbox: Sendable {
+    private struct State {
+        weak var delegate: (any CallSystemDelegate)?
+        var waiting: [(action: CallAction, completion: ActionCompletion)] = []
+    }
+
+    private let state = Locked(State())
+
+    /// The delegate; setting one hands it every action waiting.
+    var delegate: (any CallSystemDelegate)? {
+        get { state.withLock { $0.delegate } }
+        set {
+            let waiting = state.withLock { state in
+                state.delegate = newValue
+                defer { state.waiting = [] }
+                return newValue == nil ? [] : state.waiting
+            }
+            for item in waiting where !item.completion.isComplete { newValue?.callSystem(perform: item.action, completion: item.completion) }
+        }
+    }
+
+    /// Hands `action` to the delegate, or keeps it until there is one.
+    func perform(_ action: CallAction, completion: ActionCompletion) {
+        let delegate = state.withLock { state -> (any CallSystemDelegate)? in
+            if state.delegate == nil { state.waiting.append((action, completion)) }
+            return state.delegate
+        }
+        delegate?.callSystem(perform: action, completion: completion)
+    }
+}
+
 /// Receives what the user does on the system's call UI.
 public protocol CallSystemDelegate: AnyObject, Sendable {
     /// Perform `action`, then fulfil or fail it, in time.
@@ -145,7 +185,8 @@ public protocol CallSystem: AnyObject, Sendable {
     /// Asks the system to perform an action the app's own UI started (a call button); throws a
     /// `CallSystemError` when the system refuses it.
     func request(_ action: CallAction) async throws
-    /// The media layer is about to send or play audio (allowed only after activation).
+    /// Media is about to send or play audio for call `id` (allowed only after activation):
+    /// `CallManager` says so right before it tells the app `audioActive(true)`.
     func mediaWillStartAudio(_ id: UUID)
     /// The calls the system shows now (at launch: calls a previous run of the app left behind).
     var liveCallIDs: [UUID] { get }

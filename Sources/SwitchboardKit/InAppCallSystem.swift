@@ -199,6 +199,15 @@ public enum CallAudioSession {
         if video { options.insert(.defaultToSpeaker) }
         try session.setCategory(.playAndRecord, mode: video ? .videoChat : .voiceChat, options: options)
     }
+
+    /// Asks the user for the microphone once (the system prompts the first time; later calls
+    /// answer at once): call it at onboarding, in the app's own UI. Without it a first call
+    /// answered on the lock screen cannot show the prompt and records silence.
+    public static func requestMicrophoneAccess() async -> Bool {
+        await withCheckedContinuation { done in
+            AVAudioApplication.requestRecordPermission { granted in done.resume(returning: granted) }
+        }
+    }
 }
 
 extension InAppCallSystem {

@@ -14,7 +14,14 @@ public enum CallManagerEvent: Sendable, Equatable {
     /// the server was told, so the caller hears "unavailable" at once.
     case reportRefused(UUID, CallSystemError)
     /// The system activated (true) or deactivated the audio session: start or stop media.
-    case audioActive(Bool)
+    /// `call`: the call whose media runs now (up here and not on hold: after "Hold & Accept",
+    /// the new one), or the one that had it when the session went; nil when none is known.
+    case audioActive(Bool, call: UUID?)
+    /// A call is up here but the system has not activated the audio session within
+    /// `CallManager.audioActivationTimeout` (an iOS fault apps meet in the field): there is no
+    /// audio until it does. Offer the user a way on (hold and resume the call, which asks the
+    /// system again, or end it).
+    case audioNotActivated(UUID)
     case muted(UUID, Bool)
     /// The user put the call on hold here (pause media) or took it off.
     case held(UUID, Bool)

@@ -41,18 +41,20 @@ public final class Room: Sendable {
     /// The room's events, in order.
     public let events: AsyncStream<Event>
     private let state: Locked<[String: PeerDescription]>
-    private let follower: Task<Void, Never>
+    private let follower = Locked<Task<Void, Never>?>(nil)
 
-    private init(name: String, client: SwitchboardClient, joined: RoomJoined, media: (any MediaEngine)?) {
+    /// `updates`: the client's events, subscribed to before the join was sent, so that what
+    /// arrives right behind the join's reply (a signal from a peer that saw this one join) is
+    /// not missed; the media engine is attached before the first of them is read.
+    private init(name: String, client: SwitchboardClient, joined: RoomJoined, updates: AsyncStream<ClientEvent>, media: (any MediaEngine)?) {
         self.name = name
         self.client = client
         iceServers = joined.iceServers
         state = Locked(Dictionary(uniqueKeysWithValues: joined.peers.map { ($0.peerID, $0) }))
         let (stream, sink) = AsyncStream.makeStream(of: Event.self)
         events = stream
-        let updates = client.events()
-        let peers = Peers()
-        follower = Task {
+        let peers = Peers(room: self, media: media)
+        let task = Task {
             for await event in updates {
                 guard case .event(let type, let data, _) = event, data["room"]?.stringValue == name else { continue }
                 switch type {
@@ -82,16 +84,16 @@ public final class Room: Sendable {
                 }
             }
         }
-        peers.room = self
-        peers.media = media
+        follower.withLock { $0 = task }
     }
 
     /// Joins `name` (creating it if needed) and returns the room with the peers already there.
     /// By convention the newcomer sends offers to each of them.
     public static func join(_ name: String, metadata: JSONValue? = nil, client: SwitchboardClient, media: (any MediaEngine)? = nil) async throws -> Room {
+        let updates = client.events()
         let reply = try await client.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: name, metadata: metadata))
         let joined = try JSONDecoder().decode(RoomJoined.self, from: JSONEncoder().encode(reply))
-        return Room(name: name, client: client, joined: joined, media: media)
+        return Room(name: name, client: client, joined: joined, updates: updates, media: media)
     }
 
     /// The peers in the room now (besides this one).
@@ -109,15 +111,20 @@ public final class Room: Sendable {
 
     /// Leaves the room.
     public func leave() async throws {
-        follower.cancel()
+        follower.withLock { $0?.cancel() }
         try await client.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: name))
     }
 
     /// Keeps the peer list and tells the media engine.
     private final class Peers: @unchecked Sendable {
-        // Safety: written once before the follower's first event arrives, read after.
-        weak var room: Room?
-        weak var media: (any MediaEngine)?
+        // Safety: set once, in init, before the follower reads them (`weak let` needs Swift 6.2).
+        private(set) weak var room: Room?
+        private(set) weak var media: (any MediaEngine)?
+
+        init(room: Room, media: (any MediaEngine)?) {
+            self.room = room
+            self.media = media
+        }
 
         func joined(_ peer: PeerDescription) {
             guard let room else { return }

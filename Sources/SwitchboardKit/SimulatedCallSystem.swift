@@ -24,7 +24,7 @@ import SwitchboardSupport
 ///
 /// Everything is recorded in `timeline`; tests assert on it and on `violations`.
 public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
-    // Safety: all state is in `state`, under its lock; `delegate` is set once at start.
+    // Safety: all state is in `state`, under its lock; the delegate is in `inbox`.
 
     /// A call as the simulated call UI knows it.
     public struct Call: Sendable, Equatable {
@@ -55,16 +55,34 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         var timeline: [String] = []
         var violations: [String] = []
         var pushInProgress = false
+        /// The call the push being handled is for, when its payload names one.
+        var pushCallID: UUID?
         var reportedDuringPush = false
         var audioActive = false
         var pendingActions = 0
         var nextReportErrors: [CallSystemError] = []
         var nextRequestErrors: [CallSystemError] = []
         var filterAll: CallSystemError?
+        var withholdsActivation = false
     }
 
-    /// Receives the user's actions; `CallManager` sets itself.
-    public weak var delegate: (any CallSystemDelegate)?
+    /// When true, the audio session is never activated (iOS's missing `didActivate`, which apps
+    /// meet in the field): a call answered meanwhile has no audio until it is set back to false.
+    public var withholdsAudioActivation: Bool {
+        get { state.withLock { $0.withholdsActivation } }
+        set {
+            state.withLock { $0.withholdsActivation = newValue }
+            updateAudio()
+        }
+    }
+
+    /// Receives the user's actions; an action before there is one waits for it, as with
+    /// `CallKitSystem` (`ActionInbox`).
+    public var delegate: (any CallSystemDelegate)? {
+        get { inbox.delegate }
+        set { inbox.delegate = newValue }
+    }
+    private let inbox = ActionInbox()
     /// Time an action has to be fulfilled or failed.
     public let actionTimeout: Duration
     /// Calls that may be up at once (CallKit's `maximumCallGroups`; one call per group).
@@ -139,6 +157,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     ) {
         state.withLock {
             $0.pushInProgress = true
+            $0.pushCallID = (payload["call_id"] as? String).flatMap(UUID.init(uuidString:))
             $0.reportedDuringPush = false
             $0.timeline.append(mustReport ? "push delivered" : "push delivered (no report needed)")
         }
@@ -157,7 +176,9 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     /// Shows an incoming call (see `CallSystem`); the completion comes later, on another queue.
     public func reportNewIncomingCall(_ id: UUID, update: CallUpdate, completion: @escaping @Sendable (CallSystemError?) -> Void) {
         let error = state.withLock { state -> CallSystemError? in
-            if state.pushInProgress { state.reportedDuringPush = true }
+            // Only a report of the push's own call counts (another call's, shown meanwhile from
+            // a WebSocket invite, does not); any report counts for a push that names none.
+            if state.pushInProgress && (state.pushCallID == nil || state.pushCallID == id) { state.reportedDuringPush = true }
             if !state.nextReportErrors.isEmpty { return state.nextReportErrors.removeFirst() }
             if let filter = state.filterAll { return filter }
             if let existing = state.calls[id], existing.ended == nil || !endedUUIDsShowAgain { return .callUUIDAlreadyExists }
@@ -182,10 +203,12 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     }
 
     /// Ends a call on the call UI (see `CallSystem`). Ending a call whose report has not
-    /// completed is a violation: the system may not know the call yet and drop the end.
+    /// completed is a violation: the system may not know the call yet and drop the end; so is
+    /// ending one it never showed (CallKit ignores it silently; the app's logic is wrong).
     public func reportCall(_ id: UUID, endedAt: Date, reason: CallEndedReason) {
         let problem = state.withLock { state -> String? in
-            guard var call = state.calls[id], call.ended == nil else { return nil }
+            guard var call = state.calls[id] else { return "call \(id) was ended, which the call UI never showed" }
+            guard call.ended == nil else { return nil }
             guard call.reported else { return "call \(id) was ended before its report completed: CallKit may ring on" }
             call.ended = reason
             state.calls[id] = call
@@ -212,7 +235,8 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
                 let live = state.calls.values.filter { $0.ended == nil }.count
                 return live >= maximumCallGroups ? .maximumCallGroupsReached : nil
             }
-            return state.calls[action.callID].map { $0.ended == nil } == true ? nil : .unknownCallUUID
+            // A call whose report has not completed is not known to the system yet.
+            return state.calls[action.callID].map { $0.ended == nil && $0.reported } == true ? nil : .unknownCallUUID
         }
         if let refusal {
             note("request \(describe(action)) refused: \(refusal)")
@@ -237,6 +261,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     /// and not on hold: use `userAnswersEndingActive` or `userAnswersHoldingActive`.
     @discardableResult
     public func userAnswers(_ id: UUID) async -> Bool {
+        guard await offered(id) else { return false }
         let refused = state.withLock { state -> Bool in
             let up = state.calls.values.filter { $0.answered && $0.ended == nil }
             return up.contains { !$0.held } || up.count >= maximumCallGroups
@@ -248,10 +273,11 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         return await perform(.answer(id))
     }
 
-    /// "End & Accept": CallKit ends the call that is up, then answers `id`.
+    /// "End & Accept": CallKit ends the call that is up (not one on hold), then answers `id`.
     @discardableResult
     public func userAnswersEndingActive(_ id: UUID) async -> Bool {
-        for active in upCalls(except: id) {
+        guard await offered(id) else { return false }
+        for active in upCalls(except: id) where !active.held {
             state.withLock { $0.calls[active.id]?.endedByUser = true }
             guard await perform(.end(active.id)) else { return false }
         }
@@ -261,6 +287,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     /// "Hold & Accept": CallKit puts the call that is up on hold, then answers `id`.
     @discardableResult
     public func userAnswersHoldingActive(_ id: UUID) async -> Bool {
+        guard await offered(id) else { return false }
         guard upCalls(except: id).count < maximumCallGroups else {
             note("hold & accept \(id) refused: maximumCallGroups \(maximumCallGroups)")
             return false
@@ -271,6 +298,20 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         return await perform(.answer(id))
     }
 
+    /// Whether the call UI shows buttons for `id`: a call it shows (its report completed) and
+    /// that has not ended. A tap on anything else is not possible on a device; a user tapping
+    /// as a call comes in taps once it shows (waited for up to a second).
+    private func offered(_ id: UUID) async -> Bool {
+        for _ in 0..<50 {
+            let call = state.withLock { $0.calls[id] }
+            if let call, call.reported, call.ended == nil { return true }
+            if call == nil || call?.ended != nil { break }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        note("no buttons for \(id): the call UI does not show it")
+        return false
+    }
+
     private func upCalls(except id: UUID) -> [Call] {
         state.withLock { $0.calls.values.filter { $0.answered && $0.ended == nil && $0.id != id } }
     }
@@ -278,6 +319,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     /// The user taps Decline or hangs up.
     @discardableResult
     public func userEnds(_ id: UUID) async -> Bool {
+        guard await offered(id) else { return false }
         state.withLock { $0.calls[id]?.endedByUser = true }
         return await perform(.end(id))
     }
@@ -305,7 +347,6 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     /// Hands an action to the app and waits up to `actionTimeout` for its answer; past it, the
     /// delegate hears `timedOutPerforming`.
     private func perform(_ action: CallAction) async -> Bool {
-        guard let delegate else { return false }
         note("action \(describe(action))")
         state.withLock { $0.pendingActions += 1 }
         let timeout = actionTimeout
@@ -313,7 +354,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         var timer: Task<Void, Never>?
         let answer: Bool? = await withCheckedContinuation { (continuation: CheckedContinuation<Bool?, Never>) in
             let once = ActionCompletion(deadline: deadline) { success in continuation.resume(returning: success) }
-            delegate.callSystem(perform: action, completion: once)
+            inbox.perform(action, completion: once)
             // Held and cancelled once the action is answered: no timer outlives it.
             timer = Task {
                 do { try await Task.sleep(for: timeout) } catch { return }
@@ -328,7 +369,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
                 // A device ends a call whose answer timed out.
                 state.withLock { $0.calls[id]?.ended = .failed }
             }
-            delegate.callSystem(timedOutPerforming: action)
+            delegate?.callSystem(timedOutPerforming: action)
             updateAudio()
             return false
         }
@@ -354,6 +395,10 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         let change = state.withLock { state -> Bool? in
             let wanted = state.calls.values.contains { $0.answered && $0.ended == nil && !$0.held }
             guard wanted != state.audioActive else { return nil }
+            if wanted && state.withholdsActivation {
+                state.timeline.append("audio activation withheld")
+                return nil
+            }
             state.audioActive = wanted
             state.timeline.append(wanted ? "audio activated" : "audio deactivated")
             return wanted

@@ -382,11 +382,12 @@ public actor SwitchboardClient {
     public func callState(_ callID: String, http: any HTTPTransport) async throws -> JSONValue {
         guard let token else { throw SwitchboardError.notConnected }
         let (status, body) = try await http.get(serverURL.appendingPathComponent("v1/calls/\(callID)"), bearer: token)
-        let value = try JSONDecoder().decode(JSONValue.self, from: body)
+        // The status first: a proxy's error page is no answer about the call (retried), and
+        // only the server's own errors say something about it.
         guard status == 200 else {
             if let error = try? JSONDecoder().decode(ErrorEnvelope.self, from: body) { throw SwitchboardError.server(error.error) }
             throw SwitchboardError.invalidResponse("HTTP \(status)")
         }
-        return value
+        return try JSONDecoder().decode(JSONValue.self, from: body)
     }
 }

@@ -303,8 +303,13 @@ public struct CallHoldRequest: Sendable, Codable, Equatable {
 public enum CallFilter: String, Sendable, Codable, CaseIterable {
     case doNotDisturb = "do_not_disturb"
     case blockList = "block_list"
-    /// The phone's restricted-sharing, protected-call or sensitive-participant rules.
+    /// The phone is in a restricted sharing mode (CallKit's refusal code 5).
     case restricted
+    /// The app is a protected app (locked or hidden behind Face ID) and may not ring now (code 6).
+    case protectedApp = "protected_app"
+    /// The call's participants are ones the phone's Communication Safety settings keep out
+    /// (code 7).
+    case sensitiveParticipants = "sensitive_participants"
     /// The app may not show calls (no CallKit entitlement).
     case unentitled
     /// The phone showed the call but could not reach the server while it rang (a locked phone

@@ -214,9 +214,11 @@ actor Softphone {
             seen.append("ended")
             if current == id { current = nil }
             say("event: ended \(id.uuidString.lowercased()) (by you)")
-        case .audioActive(let active):
+        case .audioActive(let active, _):
             if active { seen.append("audio") }
             say("event: audio \(active ? "active" : "inactive")")
+        case .audioNotActivated(let id):
+            say("event: no audio for \(id.uuidString.lowercased()) yet (the system did not activate it)")
         case .muted(_, let muted): say("event: \(muted ? "muted" : "unmuted")")
         case .held(_, let held): say("event: \(held ? "on hold" : "resumed")")
         case .remoteHeld(_, let by, let held): say("event: \(by) \(held ? "put the call on hold" : "resumed the call")")

@@ -117,7 +117,8 @@ final class Phone: Sendable {
 
     init(
         stack: Stack, identity: String, device: String, seed: Int, system: SimulatedCallSystem = SimulatedCallSystem(),
-        serverTimeout: Duration = .seconds(5), serverURL: URL? = nil, transport: (any WebSocketTransport)? = nil
+        serverTimeout: Duration = .seconds(5), serverURL: URL? = nil, transport: (any WebSocketTransport)? = nil,
+        http: (any HTTPTransport)? = nil, callers: CallerDirectory = CallerDirectory(), audioActivationTimeout: Duration = .seconds(5)
     ) throws {
         self.stack = stack
         self.system = system
@@ -129,7 +130,8 @@ final class Phone: Sendable {
         var options = SwitchboardClient.Options()
         options.initialBackoff = .milliseconds(50)
         client = try SwitchboardClient(serverURL: serverURL ?? stack.url, deviceID: device, options: options, transport: transport) { token }
-        manager = CallManager(client: client, system: system, serverTimeout: serverTimeout)
+        manager = CallManager(
+            client: client, system: system, http: http, serverTimeout: serverTimeout, callers: callers, audioActivationTimeout: audioActivationTimeout)
         manager.start()
         let events = manager.events
         let log = managerEvents
@@ -652,7 +654,7 @@ func createCall(_ client: SwitchboardClient, to callee: String) async throws -> 
         try await eventually("the call to ring") { bob.system.call(id) != nil }
         #expect(await bob.system.userAnswers(id))
         try await eventually("both to hear the audio start") {
-            [heard.ui, heard.media].allSatisfy { $0.withLock { $0.contains(.audioActive(true)) } }
+            [heard.ui, heard.media].allSatisfy { $0.withLock { $0.contains { if case .audioActive(true, _) = $0 { true } else { false } } } }
         }
         #expect(heard.ui.withLock { $0.contains { if case .incoming(id, _) = $0 { true } else { false } } })
         #expect(heard.media.withLock { $0.contains { if case .incoming(id, _) = $0 { true } else { false } } })

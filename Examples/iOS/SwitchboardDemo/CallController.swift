@@ -13,6 +13,8 @@ final class CallController {
     /// An incoming call ringing in the app's own screen (CallKit off).
     private(set) var ringingInApp: (UUID, CallUpdate)? { didSet { onChange?() } }
     var onChange: (() -> Void)?
+    /// Whether the user allowed the microphone (nil until asked): without it calls are silent.
+    private(set) var microphoneAllowed: Bool? { didSet { onChange?() } }
 
     private let serverURL = URL(string: "https://calls.example.com")!
     /// Decided once, at launch: no CallKit and no VoIP registration in mainland China.
@@ -41,8 +43,12 @@ final class CallController {
             let inApp = InAppCallSystem()
             system = inApp
             Task { await followInApp(inApp) }
-            UNUserNotificationCenter.current().requestAuthorization(options: [.alert, .sound]) { _, _ in }
         }
+        // Permissions at onboarding, never during a call: a call answered on the lock screen
+        // cannot show the microphone prompt (it would record silence), and missed-call alerts
+        // need notifications in CallKit mode too.
+        UNUserNotificationCenter.current().requestAuthorization(options: [.alert, .sound]) { _, _ in }
+        Task { microphoneAllowed = await CallAudioSession.requestMicrophoneAccess() }
         manager = CallManager(client: client, system: system)
         manager.start()
         tokens = PushTokenRegistry(
@@ -74,9 +80,13 @@ final class CallController {
             switch event {
             case .incoming(let id, _), .outgoingStarted(let id):
                 current = id
-            case .audioActive(let active):
-                // Only now may WebRTC touch the audio session (manual audio mode).
-                active ? media.startAudio() : media.stopAudio()
+            case .audioActive(let active, let call):
+                // Only now may WebRTC touch the audio session (manual audio mode); `call` is
+                // the call whose peer connection plays (after "Hold & Accept", the new one).
+                active ? media.startAudio(for: call) : media.stopAudio()
+            case .audioNotActivated:
+                // The system never activated audio: holding and resuming asks it again.
+                status = "no audio yet: put the call on hold and resume it"
             case .held(_, let held):
                 held ? media.pause() : media.resume()
             case .ended(let id, _), .endedLocally(let id):
@@ -168,7 +178,7 @@ final class MediaBridge {
         // RTCAudioSession.sharedInstance().useManualAudio = true
     }
 
-    func startAudio() {
+    func startAudio(for call: UUID?) {
         // RTCAudioSession.sharedInstance().audioSessionDidActivate(AVAudioSession.sharedInstance())
         // RTCAudioSession.sharedInstance().isAudioEnabled = true
     }

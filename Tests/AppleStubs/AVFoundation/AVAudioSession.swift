@@ -87,3 +87,9 @@ extension AVAudioSession {
         case `default`, longFormAudio, independent, longFormVideo
     }
 }
+
+/// The app's audio settings that are not the session's (iOS 17+): the microphone permission.
+open class AVAudioApplication: NSObject, @unchecked Sendable {
+    /// Asks for permission to record (the system prompts once; later calls answer at once).
+    open class func requestRecordPermission(completionHandler response: @escaping @Sendable (Bool) -> Void) {}
+}
