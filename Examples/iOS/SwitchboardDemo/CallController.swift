@@ -19,6 +19,9 @@ final class CallController {
     private let serverURL = URL(string: "https://calls.example.com")!
     /// Decided once, at launch: no CallKit and no VoIP registration in mainland China.
     let policy = RegionPolicy.forRegion(Locale.current.region?.identifier)
+    /// The system call UI through LiveCommunicationKit instead of CallKit: a choice of the build
+    /// (Info.plist `SBUsesLiveCommunicationKit`), the same calls and pushes either way.
+    let usesLiveCommunicationKit = Bundle.main.object(forInfoDictionaryKey: "SBUsesLiveCommunicationKit") as? Bool ?? false
     private var client: SwitchboardClient!
     private var manager: CallManager!
     private var system: (any CallSystem)!
@@ -34,7 +37,11 @@ final class CallController {
         client = try! SwitchboardClient(serverURL: serverURL, deviceID: deviceID) {
             try await Backend.switchboardToken()  // your backend signs it with the app secret
         }
-        if policy == .callKit {
+        if policy == .callKit && usesLiveCommunicationKit {
+            var configuration = LiveCommunicationKitSystem.Configuration()
+            configuration.supportsVideo = true
+            system = LiveCommunicationKitSystem(configuration: configuration)
+        } else if policy == .callKit {
             var configuration = CallKitSystem.Configuration()
             configuration.supportsVideo = true
             system = CallKitSystem(configuration: configuration)
