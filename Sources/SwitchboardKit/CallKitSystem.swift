@@ -43,6 +43,10 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         public var iconTemplateImageData: Data?
         /// Whether calls appear in the Phone app's Recents.
         public var includesCallsInRecents = true
+        /// iOS 26 (built with Xcode 26): the system may offer live translation of calls; the app
+        /// hears `CallManagerEvent.translating`. Mute through the system (`CallManager.setMuted`),
+        /// never by stopping the audio upstream, or translation stops with it.
+        public var supportsAudioTranslation = false
         /// Sets the audio session up for a call, in the start and answer actions; the default is
         /// `CallAudioSession.voiceAndVideoChat`. Must not activate the session.
         public var configureAudioSession: @Sendable (_ session: AVAudioSession, _ video: Bool) throws -> Void = CallAudioSession.voiceAndVideoChat
@@ -84,6 +88,9 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         settings.ringtoneSound = configuration.ringtoneSound
         settings.iconTemplateImageData = configuration.iconTemplateImageData
         settings.includesCallsInRecents = configuration.includesCallsInRecents
+        #if compiler(>=6.2) && !SWITCHBOARD_SDK_BEFORE_26
+        settings.supportsAudioTranslation = configuration.supportsAudioTranslation
+        #endif
         return settings
     }
 
@@ -185,6 +192,9 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         case .setMuted(let id, let muted): cxAction = CXSetMutedCallAction(call: id, muted: muted)
         case .setHeld(let id, let held): cxAction = CXSetHeldCallAction(call: id, onHold: held)
         case .playDTMF(let id, let digits): cxAction = CXPlayDTMFCallAction(call: id, digits: digits, type: .singleTone)
+        case .setTranslating:
+            // Started by the user in the call UI, never by the app.
+            throw CallSystemError.invalidAction
         }
         do {
             try await controller.request(CXTransaction(action: cxAction))
@@ -215,15 +225,18 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         delegate?.callSystemDidReset()
     }
 
-    /// Hands `action` to the delegate with its deadline; `fulfilled` runs after a fulfilment.
-    private func forward(_ action: CXAction, as callAction: CallAction, fulfilled: @escaping @Sendable () -> Void = {}) {
+    /// Hands `action` to the delegate with its deadline; `fulfilled` runs after a fulfilment,
+    /// which `fulfil` performs when the action has its own way (translation names its engine).
+    private func forward(
+        _ action: CXAction, as callAction: CallAction, fulfil: (@Sendable () -> Void)? = nil, fulfilled: @escaping @Sendable () -> Void = {}
+    ) {
         nonisolated(unsafe) let action = action
         let key = action.uuid
         let pending = self.pending
         let completion = ActionCompletion(deadline: action.timeoutDate) { success in
             pending.withLock { _ = $0.removeValue(forKey: key) }
             if success {
-                action.fulfill()
+                if let fulfil { fulfil() } else { action.fulfill() }
                 fulfilled()
             } else {
                 action.fail()
@@ -280,6 +293,25 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         forward(action, as: .playDTMF(action.callUUID, digits: action.digits))
     }
 
+    #if compiler(>=6.2) && !SWITCHBOARD_SDK_BEFORE_26
+    /// iOS 26: the user turned live translation on or off; the delegate hears it (the app shows
+    /// it) and the system's own engine translates.
+    public func provider(_ provider: CXProvider, perform action: CXSetTranslatingCallAction) {
+        nonisolated(unsafe) let translating = action
+        forward(
+            action, as: .setTranslating(action.callUUID, action.isTranslating, localLanguage: action.localLanguage, remoteLanguage: action.remoteLanguage),
+            fulfil: { translating.fulfill(using: .default) })
+    }
+
+    private static func translatingAction(_ action: CXAction) -> CallAction? {
+        guard let translating = action as? CXSetTranslatingCallAction else { return nil }
+        return .setTranslating(
+            translating.callUUID, translating.isTranslating, localLanguage: translating.localLanguage, remoteLanguage: translating.remoteLanguage)
+    }
+    #else
+    private static func translatingAction(_ action: CXAction) -> CallAction? { nil }
+    #endif
+
     /// Calls are never merged (one call per group): a group action is failed at once.
     public func provider(_ provider: CXProvider, perform action: CXSetGroupCallAction) {
         action.fail()
@@ -297,7 +329,7 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         case let held as CXSetHeldCallAction: callAction = .setHeld(held.callUUID, held.isOnHold)
         case let muted as CXSetMutedCallAction: callAction = .setMuted(muted.callUUID, muted.isMuted)
         case let dtmf as CXPlayDTMFCallAction: callAction = .playDTMF(dtmf.callUUID, digits: dtmf.digits)
-        default: callAction = nil
+        default: callAction = Self.translatingAction(action)
         }
         if let callAction { delegate?.callSystem(timedOutPerforming: callAction) }
     }

@@ -493,7 +493,21 @@ public final class CallManager: CallSystemDelegate, @unchecked Sendable {
             let room = calls.withLock { $0[id]?.room }
             completion.fulfill()
             if let room { send(MessageType.data, DataRequest(room: room, data: ["dtmf": .string(digits)])) }
+        case .setTranslating(_, let on, let local, let remote):
+            // The system translates (its own engine); the app shows it and keeps the
+            // microphone's audio flowing while muted (docs/ios-integration.md, Audio).
+            let known = calls.withLock { $0[id].map { !$0.isEnded } ?? false }
+            guard known else { return completion.fail() }
+            completion.fulfill()
+            emit(.translating(id, on, localLanguage: local, remoteLanguage: remote))
         }
+    }
+
+    /// Mutes or unmutes the call through the system's mute action, as the call UI's button and
+    /// AirPods do, so that the app's own button, theirs and live translation never disagree:
+    /// the app hears `muted` once the system performed it (never set the microphone directly).
+    public func setMuted(_ id: UUID, _ muted: Bool) async throws {
+        try await system.request(.setMuted(id, muted))
     }
 
     /// Holds an answer until the server confirms it, within the system's deadline for the action

@@ -33,11 +33,15 @@ public enum CallAction: Sendable, Equatable {
     case setMuted(UUID, Bool)
     case setHeld(UUID, Bool)
     case playDTMF(UUID, digits: String)
+    /// iOS 26: live translation of the call turned on or off by the user (language codes).
+    case setTranslating(UUID, Bool, localLanguage: String, remoteLanguage: String)
 
     /// The call the action is for.
     public var callID: UUID {
         switch self {
-        case .start(let id, _, _), .answer(let id), .end(let id), .setMuted(let id, _), .setHeld(let id, _), .playDTMF(let id, _): id
+        case .start(let id, _, _), .answer(let id), .end(let id), .setMuted(let id, _), .setHeld(let id, _), .playDTMF(let id, _),
+            .setTranslating(let id, _, _, _):
+            id
         }
     }
 }

@@ -157,7 +157,7 @@ public final class InAppCallSystem: CallSystem, @unchecked Sendable {
         case .setHeld(_, let held):
             state.withLock { $0.calls[id]?.held = held }
             sink.yield(.held(id, held))
-        case .setMuted, .playDTMF:
+        case .setMuted, .playDTMF, .setTranslating:
             break
         }
         updateAudio()

@@ -164,6 +164,9 @@ public final class LiveCommunicationKitSystem: CallSystem, ConversationManagerDe
         case .setMuted(let id, let muted): made = MuteConversationAction(conversationUUID: id, isMuted: muted)
         case .setHeld(let id, let held): made = PauseConversationAction(conversationUUID: id, isPaused: held)
         case .playDTMF(let id, let digits): made = PlayToneAction(conversationUUID: id, digits: digits, tone: .single)
+        case .setTranslating:
+            // Started by the user in the system's UI, never by the app.
+            throw CallSystemError.invalidAction
         }
         if case .start = action {} else if conversation(action.callID) == nil { throw CallSystemError.unknownCallUUID }
         nonisolated(unsafe) let manager = self.manager

@@ -22,7 +22,12 @@ public enum CallManagerEvent: Sendable, Equatable {
     /// audio until it does. Offer the user a way on (hold and resume the call, which asks the
     /// system again, or end it).
     case audioNotActivated(UUID)
+    /// The call's microphone was muted or unmuted (the system's mute action: its button,
+    /// AirPods, or `CallManager.setMuted`): mute the app's audio input, and keep the audio
+    /// session and its upstream running (live translation goes on while muted).
     case muted(UUID, Bool)
+    /// iOS 26: the user turned the system's live translation of the call on or off.
+    case translating(UUID, Bool, localLanguage: String, remoteLanguage: String)
     /// The user put the call on hold here (pause media) or took it off.
     case held(UUID, Bool)
     /// The other side put the call on hold, or took it off.

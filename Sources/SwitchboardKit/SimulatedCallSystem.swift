@@ -42,6 +42,8 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         public var held = false
         /// Whether the microphone is muted.
         public var muted = false
+        /// Whether the system translates the call (iOS 26).
+        public var translating = false
         /// Why it ended, once it has.
         public var ended: CallEndedReason?
         /// Whether the user ended it here.
@@ -332,6 +334,13 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
     @discardableResult
     public func userSetsHeld(_ id: UUID, _ held: Bool) async -> Bool { await perform(.setHeld(id, held)) }
 
+    /// The user turns live translation on or off in the call UI (iOS 26).
+    @discardableResult
+    public func userSetsTranslating(_ id: UUID, _ on: Bool, localLanguage: String = "en", remoteLanguage: String = "ja") async -> Bool {
+        guard await offered(id) else { return false }
+        return await perform(.setTranslating(id, on, localLanguage: localLanguage, remoteLanguage: remoteLanguage))
+    }
+
     /// The system resets (CallKit's `providerDidReset`): every call is gone.
     public func reset() {
         state.withLock { state in
@@ -383,6 +392,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
             case .setMuted(let id, let muted): state.calls[id]?.muted = muted
             case .setHeld(let id, let held): state.calls[id]?.held = held
             case .playDTMF: break
+            case .setTranslating(let id, let on, _, _): state.calls[id]?.translating = on
             }
         }
         updateAudio()
@@ -414,6 +424,7 @@ public final class SimulatedCallSystem: CallSystem, @unchecked Sendable {
         case .setMuted(let id, let muted): "mute \(id) \(muted)"
         case .setHeld(let id, let held): "hold \(id) \(held)"
         case .playDTMF(let id, let digits): "dtmf \(id) \(digits)"
+        case .setTranslating(let id, let on, let local, let remote): "translate \(id) \(on) \(local)-\(remote)"
         }
     }
 

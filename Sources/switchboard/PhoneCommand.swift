@@ -220,6 +220,7 @@ actor Softphone {
         case .audioNotActivated(let id):
             say("event: no audio for \(id.uuidString.lowercased()) yet (the system did not activate it)")
         case .muted(_, let muted): say("event: \(muted ? "muted" : "unmuted")")
+        case .translating(_, let on, let local, let remote): say("event: translation \(on ? "on (\(local)-\(remote))" : "off")")
         case .held(_, let held): say("event: \(held ? "on hold" : "resumed")")
         case .remoteHeld(_, let by, let held): say("event: \(by) \(held ? "put the call on hold" : "resumed the call")")
         case .reportRefused(let id, let error):

@@ -46,3 +46,36 @@ import Testing
         await bob.client.disconnect()
     }
 }
+
+/// Live translation and mute (iOS 26): both through the system's actions.
+@Suite(.serialized, .timeLimit(.minutes(3))) struct TranslationAndMuteTests {
+    /// The user turns translation on in the call UI: the app hears it. The app's own mute
+    /// button goes through the system's mute action (as the call UI's and AirPods' do): the
+    /// system shows the call muted, the app hears `muted`, and translation stays on.
+    @Test func translationIsHeardAndTheAppsMuteGoesThroughTheSystem() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await stack.phone("bob", device: "b-phone", seed: 45)
+        try await bob.client.connect()
+        let alice = try await caller(stack)
+        let id = try await createCall(alice, to: "bob")
+        try await eventually("the call to ring") { bob.system.call(id)?.reported == true }
+        #expect(await bob.system.userAnswers(id))
+        #expect(await bob.system.userSetsTranslating(id, true, localLanguage: "en", remoteLanguage: "ja"))
+        try await eventually("the app to hear translation start") {
+            bob.managerEvents.withLock { $0 }.contains(.translating(id, true, localLanguage: "en", remoteLanguage: "ja"))
+        }
+        try await bob.manager.setMuted(id, true)
+        #expect(bob.system.call(id)?.muted == true)
+        #expect(bob.system.call(id)?.translating == true, "muting does not stop translation")
+        try await eventually("the app to hear it is muted") { bob.managerEvents.withLock { $0 }.contains(.muted(id, true)) }
+        try await bob.manager.setMuted(id, false)
+        #expect(bob.system.call(id)?.muted == false)
+        #expect(await bob.system.userEnds(id))
+        // A call that is over: the action is failed, as the system would be refused.
+        await #expect(throws: CallSystemError.unknownCallUUID) { try await bob.manager.setMuted(id, true) }
+        #expect(bob.system.violations.isEmpty, "\(bob.system.violations)")
+        await alice.disconnect()
+        await bob.client.disconnect()
+    }
+}

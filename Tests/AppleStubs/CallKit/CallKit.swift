@@ -23,6 +23,11 @@ open class CXProviderConfiguration: NSObject {
     open var iconTemplateImageData: Data?
     /// iOS 11+.
     open var includesCallsInRecents: Bool = true
+    #if !SWITCHBOARD_SDK_BEFORE_26
+    /// iOS 26+: the system may offer live translation of the call's audio
+    /// (documentation/callkit/cxproviderconfiguration/supportsaudiotranslation).
+    open var supportsAudioTranslation: Bool = false
+    #endif
 }
 
 @available(macOS, unavailable)
@@ -57,6 +62,10 @@ public protocol CXProviderDelegate: NSObjectProtocol {
     func provider(_ provider: CXProvider, perform action: CXSetMutedCallAction)
     func provider(_ provider: CXProvider, perform action: CXSetGroupCallAction)
     func provider(_ provider: CXProvider, perform action: CXPlayDTMFCallAction)
+    #if !SWITCHBOARD_SDK_BEFORE_26
+    /// iOS 26+ (documentation/callkit/cxproviderdelegate/provider(_:perform:)-43atg).
+    func provider(_ provider: CXProvider, perform action: CXSetTranslatingCallAction)
+    #endif
     func provider(_ provider: CXProvider, timedOutPerforming action: CXAction)
     func provider(_ provider: CXProvider, didActivate audioSession: AVAudioSession)
     func provider(_ provider: CXProvider, didDeactivate audioSession: AVAudioSession)
@@ -74,6 +83,9 @@ extension CXProviderDelegate {
     public func provider(_ provider: CXProvider, perform action: CXSetMutedCallAction) {}
     public func provider(_ provider: CXProvider, perform action: CXSetGroupCallAction) {}
     public func provider(_ provider: CXProvider, perform action: CXPlayDTMFCallAction) {}
+    #if !SWITCHBOARD_SDK_BEFORE_26
+    public func provider(_ provider: CXProvider, perform action: CXSetTranslatingCallAction) {}
+    #endif
     public func provider(_ provider: CXProvider, timedOutPerforming action: CXAction) {}
     public func provider(_ provider: CXProvider, didActivate audioSession: AVAudioSession) {}
     public func provider(_ provider: CXProvider, didDeactivate audioSession: AVAudioSession) {}
@@ -134,6 +146,25 @@ open class CXSetGroupCallAction: CXCallAction {
     public init(call callUUID: UUID, callUUIDToGroupWith: UUID?) { super.init(call: callUUID) }
     open var callUUIDToGroupWith: UUID?
 }
+
+#if !SWITCHBOARD_SDK_BEFORE_26
+/// iOS 26+: the user turned live translation of the call on or off
+/// (documentation/callkit/cxsettranslatingcallaction); languages are language codes.
+@available(macOS, unavailable)
+open class CXSetTranslatingCallAction: CXCallAction {
+    public init(call uuid: UUID, isTranslating: Bool, localLanguage: String, remoteLanguage: String) { super.init(call: uuid) }
+    open var isTranslating: Bool { false }
+    open var localLanguage: String { "" }
+    open var remoteLanguage: String { "" }
+    /// Fulfils the action naming the engine that translates (…/fulfill(using:)).
+    open func fulfill(using translationEngine: CXTranslationEngine) {}
+}
+
+/// Which engine translates (documentation/callkit/cxtranslationengine).
+public enum CXTranslationEngine: Int, Sendable {
+    case `default`, custom
+}
+#endif
 
 @available(macOS, unavailable)
 open class CXPlayDTMFCallAction: CXCallAction {
