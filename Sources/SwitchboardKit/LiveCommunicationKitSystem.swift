@@ -60,6 +60,7 @@ public final class LiveCommunicationKitSystem: CallSystem, ConversationManagerDe
     /// The actions handed to the delegate and not answered yet, by the action's own UUID.
     private let pending = Locked<[UUID: ActionCompletion]>([:])
 
+    /// Creates the conversation manager with `configuration` and becomes its delegate.
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
         manager = ConversationManager(

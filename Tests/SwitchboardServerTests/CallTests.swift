@@ -354,8 +354,9 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(15
         #expect(fixture.pushes(type: "voip", callID: second).isEmpty)
     }
 
+    // Covers: limit:alert_ring_repeat_seconds
     @Test func aDeviceWithoutCallKitGetsAnAlertPushNeverVoIP() async throws {
-        let fixture = try CallFixture()
+        let fixture = try CallFixture { $0.limits.alertRingRepeatSeconds = 1 }
         defer { fixture.stop() }
         let phone = try await fixture.registerPhone("bob", device: "b-china", seed: 31, callKit: false)
         let alice = try await fixture.connect("alice", device: "a")
@@ -364,8 +365,17 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(15
         let alert = try #require(fixture.pushes(type: "alert", callID: callID).first)
         #expect(alert.token == phone.apns)
         #expect(alert.payload?["aps"]?["alert"]?["title"] == "Incoming call")
+        #expect(alert.payload?["aps"]?["interruption-level"] == "time-sensitive", "heard through a Focus that allows the app")
         #expect(fixture.pushes(type: "voip").isEmpty)
         _ = try await event(alice, "call.ringing")
+        // Rung again while it rings (one collapse id: one alert on the lock screen), and no more
+        // once the call is over.
+        try await fixture.waitForPushes(3, type: "alert", callID: callID)
+        #expect(Set(fixture.pushes(type: "alert", callID: callID).compactMap(\.collapseID)) == [callID])
+        _ = try await fixture.act(alice, MessageType.callCancel, callID)
+        let sent = fixture.pushes(type: "alert", callID: callID).filter { $0.payload?["missed"] == nil }.count
+        try await Task.sleep(for: .seconds(2))
+        #expect(fixture.pushes(type: "alert", callID: callID).filter { $0.payload?["missed"] == nil }.count == sent, "no ring after the call ended")
         let trace = try await fixture.get("/v1/calls/\(callID)/trace", as: "alice")
         guard case .array(let entries)? = trace["trace"] else { throw Timeout(what: "a trace") }
         #expect(entries.contains { $0["device"] == "b-china" && $0["channel"] == "alert_push" && $0["event"] == "apns_accepted" })

@@ -518,6 +518,7 @@ extension Hub {
             case .push(let push, let callee, let deviceID):
                 guard let device = call.devices[callee]?.first(where: { $0.deviceID == deviceID }) else { continue }
                 sendPush(push, to: device, callee: callee, call: call, setup: setup)
+                if push == .alertInvite { repeatAlertInvite(call, callee: callee, device: device) }
             case .armRingTimer(let after):
                 let id = call.state.id
                 call.ringTimer = scheduler?.schedule(after: after) { [weak self] in

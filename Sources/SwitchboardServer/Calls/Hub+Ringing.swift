@@ -52,6 +52,26 @@ extension Hub {
         }
     }
 
+    /// A phone rung by an alert (no CallKit) rings only while the notification sounds (at most
+    /// 30 s of the app's sound): while the call still rings for `callee` on that device, the
+    /// alert is sent again every `alert_ring_repeat_seconds`, under the same collapse id (it
+    /// replaces the one on the lock screen, and sounds again). The node running the call sends
+    /// it; after a takeover the repeats stop (the phone still shows the last alert).
+    func repeatAlertInvite(_ call: ActiveCall, callee: String, device: Device) {
+        let seconds = configuration.limits.alertRingRepeatSeconds
+        guard seconds > 0 else { return }
+        let id = call.state.id
+        _ = scheduler?.schedule(after: .seconds(seconds)) { [weak self] in
+            guard let self, let call = calls[id] else { return }
+            let state = call.state
+            guard state.ringingCallees.contains(callee), !(state.filteredDevices[callee]?.contains(device.deviceID) ?? false),
+                let left = state.ringTimeLeft(at: now), left > .seconds(2)
+            else { return }
+            sendPush(.alertInvite, to: device, callee: callee, call: call)
+            repeatAlertInvite(call, callee: callee, device: device)
+        }
+    }
+
     /// What a push of a call carries: the invite with the keys PushKit apps read, or an alert.
     func payload(_ push: CallState.Push, _ call: ActiveCall) -> JSONValue {
         let state = call.state
@@ -61,7 +81,11 @@ extension Hub {
             return voipPayload(call, invite: invitation(call))
         case .alertInvite:
             return [
-                "aps": ["alert": ["title": "Incoming call", "body": .string(call.callerName)], "sound": "default"],
+                // Time-sensitive: it breaks through a Focus that allows the app, and sounds.
+                "aps": [
+                    "alert": ["title": "Incoming call", "body": .string(call.callerName)], "sound": "default",
+                    "interruption-level": "time-sensitive",
+                ],
                 "call_id": .string(state.id), "caller": caller, "video": .bool(call.video),
                 "ring_expires_at": .int(state.ringExpiresAtMillis),
             ]

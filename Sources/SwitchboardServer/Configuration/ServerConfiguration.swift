@@ -115,6 +115,9 @@ public struct ServerConfiguration: Sendable {
         public var nodeTimeoutSeconds = 10
         /// How long a node waits for the node that owns a call to answer an action it passed on.
         public var clusterForwardTimeoutMillis = 2000
+        /// A phone without CallKit, rung by an alert push, gets the alert again this often while
+        /// the call rings for it (0: once).
+        public var alertRingRepeatSeconds = 20
         /// Any call ends this long after it started.
         public var maxCallDurationSeconds = 86_400
         /// Request bodies buffered at once across every connection.
@@ -331,6 +334,9 @@ public struct ServerConfiguration: Sendable {
             "node_timeout_seconds", "A cluster node that stopped renewing its presence (every third of this) is gone after this long.",
             3...300, \.limits.nodeTimeoutSeconds),
         int(
+            "alert_ring_repeat_seconds", "A phone without CallKit, rung by an alert push, gets it again this often while the call rings (0: once).",
+            0...300, \.limits.alertRingRepeatSeconds),
+        int(
             "cluster_forward_timeout_ms", "How long a node waits for the node owning a call to answer an action passed on to it; then 503.",
             100...60_000, \.limits.clusterForwardTimeoutMillis),
         int("max_call_duration_seconds", "Any call ends this long after it started.", 60...(7 * 86400), \.limits.maxCallDurationSeconds),
@@ -434,6 +440,7 @@ public struct ServerConfiguration: Sendable {
             "cluster_redis_url": "none", "node_id": "host name and port",
             "node_timeout_seconds": String(limits.nodeTimeoutSeconds),
             "cluster_forward_timeout_ms": String(limits.clusterForwardTimeoutMillis),
+            "alert_ring_repeat_seconds": String(limits.alertRingRepeatSeconds),
             "max_buffered_body_bytes": String(limits.maxBufferedBodyBytes),
         ]
     }
