@@ -24,7 +24,7 @@ flags=(-swift-version 6 -strict-concurrency=complete -parse-as-library)
 build_stubs() {
   local into=$1; shift
   mkdir -p "$into"
-  for module in AppleFoundation AVFoundation CallKit LiveCommunicationKit PushKit UserNotifications Intents UIKit; do
+  for module in AppleFoundation AVFoundation CallKit LiveCommunicationKit PushKit StoreKit UserNotifications Intents UIKit; do
     swiftc -emit-module "${flags[@]}" -module-name "$module" -I "$into" -emit-module-path "$into/$module.swiftmodule" \
       "$@" "$stubs/$module"/*.swift
   done

@@ -455,3 +455,17 @@ public enum RecentsCallBack {
     }
 }
 #endif
+
+#if (os(iOS) || SWITCHBOARD_APPLE_STUBS) && canImport(StoreKit)
+import StoreKit
+
+extension RegionPolicy {
+    /// The policy for the device's App Store storefront (StoreKit's `Storefront.current`, an
+    /// ISO 3166-1 alpha-3 code: "CHN" is mainland China); nil when it cannot be read (no
+    /// account, no network): keep the policy decided before.
+    public static func fromStorefront() async -> RegionPolicy? {
+        guard let storefront = await Storefront.current else { return nil }
+        return forRegion(storefront.countryCode)
+    }
+}
+#endif

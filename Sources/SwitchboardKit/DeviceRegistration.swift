@@ -21,6 +21,42 @@ public enum RegionPolicy: Sendable, Equatable {
     public var registersVoIPPush: Bool { self == .callKit }
 }
 
+/// The region policy across launches. Apple's rule for mainland China follows the App Store
+/// storefront of the device's account, not the region in Settings, and the storefront can be
+/// read only asynchronously (StoreKit's `Storefront.current`), while PushKit and the call
+/// system must be wired synchronously at launch. So a launch starts from the policy the
+/// storefront decided last (kept in `UserDefaults`), and the app reads the storefront again
+/// and switches when it changed (`PushTokenRegistry.switchPolicy(to:)` first). On a first
+/// launch nothing is decided yet: wire the call system after reading the storefront (no VoIP
+/// token was ever registered for this install, so no VoIP push can come meanwhile).
+public final class RegionPolicyMemory: Sendable {
+    /// The `UserDefaults` suite it is kept in (nil: the app's standard defaults).
+    public let suiteName: String?
+    private let key = "switchboard.regionPolicy"
+
+    /// A memory kept in `suiteName`'s defaults (the app's standard ones by default).
+    public init(suiteName: String? = nil) {
+        self.suiteName = suiteName
+    }
+
+    private var defaults: UserDefaults { suiteName.flatMap { UserDefaults(suiteName: $0) } ?? .standard }
+
+    /// The policy the storefront decided last; nil before it ever did (a first launch).
+    public var decided: RegionPolicy? {
+        switch defaults.string(forKey: key) {
+        case "callKit": .callKit
+        case "noCallKit": .noCallKit
+        default: nil
+        }
+    }
+
+    /// Keeps the policy the storefront decided (after `switchPolicy(to:)` landed, when it
+    /// changed).
+    public func remember(_ policy: RegionPolicy) {
+        defaults.set(policy == .callKit ? "callKit" : "noCallKit", forKey: key)
+    }
+}
+
 /// Registers this install's push tokens with the server's device registry, and again whenever
 /// a token rotates.
 public struct DeviceRegistrar: Sendable {
@@ -102,7 +138,7 @@ public actor PushTokenRegistry {
     /// The connection to the server (its device id names this install).
     public nonisolated let client: SwitchboardClient
     /// Whether VoIP pushes are used at all (`.noCallKit`: no VoIP token is ever sent).
-    public nonisolated let policy: RegionPolicy
+    public private(set) var policy: RegionPolicy
     private let registrar: DeviceRegistrar
     private let environment: String
     private let bundleID: String?
@@ -148,6 +184,19 @@ public actor PushTokenRegistry {
                 if case .sessionReplaced = event { await self.registerNow() }
             }
         }
+    }
+
+    /// Changes the region policy (the storefront changed). To `.noCallKit`: the server gets a
+    /// registration without the VoIP token and with CallKit off, and this returns once it
+    /// landed (retried until it does); only then may the app invalidate its `PushKitBridge`
+    /// and CallKit system, since a VoIP push reaching an app with no PushKit registry ends the
+    /// app. To `.callKit`: the VoIP token is registered once PushKit hands it over.
+    public func switchPolicy(to newPolicy: RegionPolicy) async {
+        guard newPolicy != policy else { return }
+        policy = newPolicy
+        if newPolicy == .noCallKit { voipToken = nil }
+        registerNow()
+        await settled()
     }
 
     /// Stops following the client (the registrations under way finish).

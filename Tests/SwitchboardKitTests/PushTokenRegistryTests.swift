@@ -92,4 +92,49 @@ final class UnevenHTTP: HTTPTransport, @unchecked Sendable {
         await tokens.stop()
         await tokens.client.disconnect()
     }
+
+    /// The storefront moves to mainland China: switching the policy registers the install
+    /// without its VoIP token and with CallKit off, and returns only once the server has it (so
+    /// the app may then drop PushKit); a VoIP token PushKit hands over later is not sent. Back
+    /// out: the VoIP token is registered again. The policy decided is kept across launches.
+    @Test func aPolicySwitchTakesTheVoIPTokenOffTheServerBeforeItReturns() async throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        let http = UnevenHTTP(failing: 1)
+        let tokens = try registry(stack, http: http)
+        await tokens.setVoIPToken(Self.voip)
+        await tokens.setAPNsToken(Self.apns)
+        await tokens.settled()
+        func device() async throws -> JSONValue? {
+            let response = try await HTTPClient.request(
+                "GET", stack.baseURL + "/v1/devices", headers: [("Authorization", "Bearer " + stack.token("bob"))])
+            let body = try JSONDecoder().decode(JSONValue.self, from: Data(response.body))
+            guard case .array(let devices)? = body["devices"] else { return nil }
+            return devices.first { $0["device_id"] == "b-phone" }
+        }
+        #expect(try await device()?["voip_token"]?.stringValue != nil)
+
+        await tokens.switchPolicy(to: .noCallKit)
+        let china = try await device()
+        #expect(china?["voip_token"] == nil || china?["voip_token"] == .null, "\(String(describing: china))")
+        #expect(china?["callkit_enabled"] == false)
+        #expect(china?["apns_token"]?.stringValue != nil, "alert pushes still reach it")
+        await tokens.setVoIPToken(Self.voip)
+        await tokens.settled()
+        let later = try await device()?["voip_token"]
+        #expect(later == nil || later == .null, "a VoIP token PushKit hands over later is not sent")
+
+        await tokens.switchPolicy(to: .callKit)
+        await tokens.setVoIPToken(Self.voip)
+        await tokens.settled()
+        #expect(try await tokens.check().ok)
+        #expect(try await device()?["callkit_enabled"] == true)
+
+        let suite = "switchboard.tests.policy." + UUID().uuidString
+        #expect(RegionPolicyMemory(suiteName: suite).decided == nil, "nothing decided on a first launch")
+        RegionPolicyMemory(suiteName: suite).remember(.noCallKit)
+        #expect(RegionPolicyMemory(suiteName: suite).decided == .noCallKit)
+        #expect(RegionPolicy.forRegion("CHN") == .noCallKit && RegionPolicy.forRegion("USA") == .callKit, "storefronts are alpha-3")
+        await tokens.client.disconnect()
+    }
 }

@@ -17,8 +17,10 @@ final class CallController {
     private(set) var microphoneAllowed: Bool? { didSet { onChange?() } }
 
     private let serverURL = URL(string: "https://calls.example.com")!
-    /// Decided once, at launch: no CallKit and no VoIP registration in mainland China.
-    let policy = RegionPolicy.forRegion(Locale.current.region?.identifier)
+    /// No CallKit and no VoIP registration in mainland China: decided by the App Store
+    /// storefront (not the region in Settings), kept across launches, checked at each launch.
+    private(set) var policy: RegionPolicy = .callKit
+    private let policyMemory = RegionPolicyMemory()
     /// The system call UI through LiveCommunicationKit instead of CallKit: a choice of the build
     /// (Info.plist `SBUsesLiveCommunicationKit`), the same calls and pushes either way.
     let usesLiveCommunicationKit = Bundle.main.object(forInfoDictionaryKey: "SBUsesLiveCommunicationKit") as? Bool ?? false
@@ -31,8 +33,35 @@ final class CallController {
     /// and again after every connect.
     private var tokens: PushTokenRegistry!
 
-    /// Synchronous, at launch: PushKit and CallKit must be wired before anything else.
+    /// At launch: PushKit and CallKit are wired synchronously with the policy the storefront
+    /// decided last, before anything else. On a first launch nothing was ever registered for
+    /// this install (no VoIP push can come), so the storefront is read first.
     func startAtLaunch() {
+        guard let decided = policyMemory.decided else {
+            Task {
+                let policy = await RegionPolicy.fromStorefront() ?? .forRegion(Locale.current.region?.identifier)
+                policyMemory.remember(policy)
+                wire(policy)
+            }
+            return
+        }
+        wire(decided)
+        Task { await followStorefront() }
+    }
+
+    /// The storefront changed since the policy was decided. Into mainland China: the server
+    /// first drops this install's VoIP token (the registration lands), and only the next
+    /// launch goes without PushKit and CallKit (a VoIP push reaching an app without a PushKit
+    /// registry ends it). Out of it: CallKit and PushKit from the next launch.
+    private func followStorefront() async {
+        guard let now = await RegionPolicy.fromStorefront(), now != policy else { return }
+        await tokens.switchPolicy(to: now)
+        policyMemory.remember(now)
+        status = "region changed: calls switch at the next launch"
+    }
+
+    private func wire(_ policy: RegionPolicy) {
+        self.policy = policy
         let deviceID = UIDevice.current.identifierForVendor?.uuidString ?? UUID().uuidString
         client = try! SwitchboardClient(serverURL: serverURL, deviceID: deviceID) {
             try await Backend.switchboardToken()  // your backend signs it with the app secret
