@@ -623,6 +623,24 @@ public struct IncomingPush: Sendable {
     }
 }
 
+/// The default calling app's `tel:` URLs (iOS 18.2+: a person may choose the app to place the
+/// calls of phone numbers tapped anywhere; the app needs the `com.apple.developer.calling-app`
+/// entitlement). The app resolves the number to one of its users (`CallerDirectory` knows the
+/// numbers of callers it showed; otherwise its own directory), or hands the call back.
+public enum TelURL {
+    /// The number a `tel:` URL dials, RFC 3966's visual separators ("-", ".", "(", ")", spaces)
+    /// removed and a leading "+" kept, without its parameters (";ext=", ";phone-context="); nil
+    /// for any other URL, or one holding no digit.
+    public static func number(in url: URL) -> String? {
+        guard url.scheme?.lowercased() == "tel" else { return nil }
+        let text = url.absoluteString.dropFirst("tel:".count).removingPercentEncoding ?? ""
+        let subscriber = text.prefix { $0 != ";" }
+        let kept = subscriber.filter { $0.isNumber || $0 == "+" || $0 == "*" || $0 == "#" }
+        let number = (kept.first == "+" ? "+" : "") + kept.filter { $0 != "+" }
+        return number.contains(where: \.isNumber) ? number : nil
+    }
+}
+
 /// Which user each caller handle shown in the call UI belongs to, kept across launches. The
 /// call UI (and so Recents and Contacts) shows a caller's handle (a phone number, an email:
 /// the `handle` claim of the caller's token), while `CallManager.startCall(to:)` takes

@@ -140,3 +140,17 @@ import Testing
         #expect(APNsEnvironmentOfBuild.environment(profile: Data("garbage".utf8)) == "production")
     }
 }
+
+@Suite struct TelURLTests {
+    /// `tel:` URLs as the default calling app gets them: separators go, "+" stays, parameters
+    /// go; other schemes and numberless URLs are not numbers.
+    @Test func aTelURLGivesTheNumberItDials() {
+        #expect(TelURL.number(in: URL(string: "tel:+1-201-555-0123")!) == "+12015550123")
+        #expect(TelURL.number(in: URL(string: "tel:(03)%205555-0123")!) == "0355550123")
+        #expect(TelURL.number(in: URL(string: "tel:+81.3.5555.0123;ext=42")!) == "+81355550123")
+        #expect(TelURL.number(in: URL(string: "TEL:7042")!) == "7042")
+        #expect(TelURL.number(in: URL(string: "tel:*21#")!) == "*21#")
+        #expect(TelURL.number(in: URL(string: "https://example.com/tel:123")!) == nil)
+        #expect(TelURL.number(in: URL(string: "tel:abc")!) == nil)
+    }
+}

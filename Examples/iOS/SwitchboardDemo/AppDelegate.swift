@@ -50,6 +50,17 @@ final class AppDelegate: UIResponder, UIApplicationDelegate, UNUserNotificationC
         return true
     }
 
+    /// As the default calling app (iOS 18.2+, entitlement `com.apple.developer.calling-app`): a
+    /// phone number tapped anywhere arrives as a `tel:` URL. A number the app knows is one of
+    /// its users is called; any other is not the app's to call, so it says it did not open it.
+    func application(_ app: UIApplication, open url: URL, options: [UIApplication.OpenURLOptionsKey: Any]) -> Bool {
+        guard let number = TelURL.number(in: url) else { return false }
+        let user = calls.identity(forHandle: number)
+        guard user != number else { return false }  // no user behind this number (ask your backend)
+        calls.call(user, video: false)
+        return true
+    }
+
     // MARK: UNUserNotificationCenterDelegate (the alert-push path)
 
     /// A call's alert while the app is in front: ring in the app instead of showing a banner.

@@ -23,6 +23,12 @@ open class UIApplication: UIResponder {
         public var rawValue: String
         public init(rawValue: String) { self.rawValue = rawValue }
     }
+
+    /// The keys of the options a URL is opened with.
+    public struct OpenURLOptionsKey: RawRepresentable, Hashable, Sendable {
+        public var rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+    }
 }
 
 public enum UIBackgroundFetchResult: UInt, Sendable {
@@ -48,6 +54,9 @@ public protocol UIApplicationDelegate: NSObjectProtocol {
     func application(
         _ application: UIApplication, continue userActivity: NSUserActivity,
         restorationHandler: @escaping ([any UIUserActivityRestoring]?) -> Void) -> Bool
+    /// A URL handed to the app, such as a `tel:` URL for the default calling app
+    /// (documentation/uikit/uiapplicationdelegate/application(_:open:options:)).
+    func application(_ app: UIApplication, open url: URL, options: [UIApplication.OpenURLOptionsKey: Any]) -> Bool
 }
 
 #if !STRICT_DELEGATES
@@ -69,6 +78,7 @@ extension UIApplicationDelegate {
         _ application: UIApplication, continue userActivity: NSUserActivity,
         restorationHandler: @escaping ([any UIUserActivityRestoring]?) -> Void
     ) -> Bool { false }
+    public func application(_ app: UIApplication, open url: URL, options: [UIApplication.OpenURLOptionsKey: Any]) -> Bool { false }
 }
 #endif
 
