@@ -79,3 +79,62 @@ import Testing
         await bob.client.disconnect()
     }
 }
+
+/// The simulator as strict as CallKit where the review found it kinder, and a room's first
+/// events (issue 31: the simulator and defect 5).
+@Suite(.timeLimit(.minutes(3))) struct StrictSimulatorTests {
+    /// No buttons before the report completed (and `unknownCallUUID` for a request); ending a
+    /// call the call UI never showed is a violation; only the push's own call counts as its
+    /// report (another call shown meanwhile does not).
+    @Test func theSimulatorRefusesWhatCallKitRefuses() async throws {
+        let slow = SimulatedCallSystem(reportCompletionDelay: .seconds(3))
+        let id = UUID()
+        slow.reportNewIncomingCall(id, update: CallUpdate(handle: "alice", displayName: "Alice", hasVideo: false)) { _ in }
+        #expect(await slow.userAnswers(id) == false, "no Answer button before the report completed")
+        await #expect(throws: CallSystemError.unknownCallUUID) { try await slow.request(.end(id)) }
+
+        let system = SimulatedCallSystem(reportCompletionDelay: .zero)
+        system.reportCall(UUID(), endedAt: Date(), reason: .remoteEnded)
+        #expect(system.violations.count == 1, "\(system.violations)")
+
+        let pushed = UUID(), other = UUID()
+        system.deliverVoIPPush(["call_id": pushed.uuidString]) { _, completion in
+            system.reportNewIncomingCall(other, update: CallUpdate(handle: "bob", displayName: "Bob", hasVideo: false)) { _ in }
+            completion()
+        }
+        #expect(system.violations.count == 2, "another call's report does not answer the push: \(system.violations)")
+    }
+
+    /// A peer that answers a join at once (a signal the instant it sees the newcomer): the
+    /// newcomer's media engine gets it, every time. `Room` used to subscribe after the join's
+    /// reply and attach the engine after its follower started.
+    @Test func aSignalRightBehindTheJoinReachesTheMediaEngine() async throws {
+        final class Engine: MediaEngine {
+            let signals = Locked(0)
+            func room(_ room: Room, peerJoined peer: PeerDescription) {}
+            func room(_ room: Room, peerLeft peerID: String) {}
+            func room(_ room: Room, didReceiveSignal payload: JSONValue, from peerID: String) { signals.withLock { $0 += 1 } }
+        }
+        let stack = try Stack()
+        defer { stack.stop() }
+        let bob = try await caller(stack, "bob")
+        let events = bob.events()
+        _ = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "quick"))
+        let responder = Task {
+            for await event in events {
+                guard case .event("room.peer_joined", let data, _) = event, let peer = data["peer"]?["peer_id"]?.stringValue else { continue }
+                try? await bob.request(MessageType.signal, encoding: SignalRequest(room: "quick", to: peer, signal: ["type": "offer"]))
+            }
+        }
+        defer { responder.cancel() }
+        for round in 0..<20 {
+            let alice = try await caller(stack, "alice")
+            let engine = Engine()
+            let room = try await Room.join("quick", client: alice, media: engine)
+            try await eventually("round \(round): the engine to get the signal") { engine.signals.withLock { $0 } == 1 }
+            try await room.leave()
+            await alice.disconnect()
+        }
+        await bob.disconnect()
+    }
+}
