@@ -75,8 +75,9 @@ itself: each run's calls rang on after it (120 s), so the next run's nodes spent
 ending the stopped node's calls, 100 per sweep: each run now cancels its calls once measured
 (`--cancel-at-end`). What is left comes in bursts: a few hundred setups within a second or so
 wait 20-150 ms each, then the rest are quick again. They were not traced to a cause in this
-build (two nodes, Redis and PostgreSQL share the cores; a setup across nodes makes three Redis
-round trips and waits for a commit); the goal is not met.
+build: not PostgreSQL's autovacuum (the same with it off), nor the renewals or the sweep any
+more; two nodes, Redis and PostgreSQL share the cores, and a setup across nodes makes three
+Redis round trips and waits for a commit. The goal is not met.
 """
 
 
