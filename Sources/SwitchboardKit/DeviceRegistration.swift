@@ -75,17 +75,19 @@ public struct DeviceRegistrar: Sendable {
     /// hex-encoded byte by byte here (never through `description`). Under `.noCallKit` no VoIP
     /// token is sent and the server rings the device with alert pushes. `bundleID`: the app's
     /// (`Bundle.main.bundleIdentifier`), which must be one the server's app has; nil uses the
-    /// app's own.
+    /// app's own. `ringtone`: a sound file the app ships, played by the alert that rings the
+    /// device without CallKit (mainland China); nil: the default sound.
     public func register(
         voipToken: Data?, apnsToken: Data?, environment: String, bundleID: String?, appVersion: String?,
-        policy: RegionPolicy
+        policy: RegionPolicy, ringtone: String? = nil
     ) async throws {
         guard let deviceID = client.deviceID else { throw SwitchboardError.invalidResponse("the client has no device id") }
         try await client.connect()
         guard let token = await client.token else { throw SwitchboardError.notConnected }
         let body = SwitchboardProtocol.DeviceRegistration(
             platform: "ios", voipToken: policy.registersVoIPPush ? voipToken.map(Self.hex) : nil, apnsToken: apnsToken.map(Self.hex),
-            environment: environment, bundleID: bundleID, callKitEnabled: policy == .callKit, appVersion: appVersion)
+            environment: environment, bundleID: bundleID, callKitEnabled: policy == .callKit, appVersion: appVersion,
+            ringtone: ringtone)
         let (status, response) = try await http.send(
             "PUT", client.serverURL.appendingPathComponent("v1/devices/\(deviceID)"), bearer: token, json: try JSONEncoder().encode(body))
         guard status == 200 else {
@@ -143,6 +145,7 @@ public actor PushTokenRegistry {
     private let environment: String
     private let bundleID: String?
     private let appVersion: String?
+    private let ringtone: String?
     private let maxBackoff: Duration
 
     /// The VoIP token PushKit gave last (nil before, or after it was invalidated).
@@ -159,11 +162,13 @@ public actor PushTokenRegistry {
     private var worker: Task<Void, Never>?
     private var following: Task<Void, Never>?
 
-    /// `environment`: `APNsEnvironmentOfBuild.current`; `bundleID`: the app's.
+    /// `environment`: `APNsEnvironmentOfBuild.current`; `bundleID`: the app's; `ringtone`: the
+    /// app's sound for a ring by alert push (without CallKit), up to 30 s long.
     public init(
         client: SwitchboardClient, policy: RegionPolicy, environment: String, bundleID: String?, appVersion: String?,
-        http: (any HTTPTransport)? = nil, maxBackoff: Duration = .seconds(60)
+        http: (any HTTPTransport)? = nil, maxBackoff: Duration = .seconds(60), ringtone: String? = nil
     ) {
+        self.ringtone = ringtone
         self.client = client
         self.policy = policy
         self.environment = environment
@@ -241,7 +246,7 @@ public actor PushTokenRegistry {
             do {
                 try await registrar.register(
                     voipToken: voipToken, apnsToken: apnsToken, environment: environment, bundleID: bundleID, appVersion: appVersion,
-                    policy: policy)
+                    policy: policy, ringtone: ringtone)
                 landed = target
                 registrations += 1
                 lastError = nil

@@ -151,11 +151,15 @@ public struct DeviceRegistration: Sendable, Codable, Equatable {
     /// False where CallKit may not be used (mainland China) or the user turned it off.
     public var callKitEnabled: Bool?
     public var appVersion: String?
+    /// A sound file of the app (in its bundle or Library/Sounds) that the alert push ringing
+    /// this device without CallKit plays; nil: the default sound.
+    public var ringtone: String?
 
     public init(
         platform: String, voipToken: String? = nil, apnsToken: String? = nil, environment: String? = nil,
-        bundleID: String? = nil, callKitEnabled: Bool? = nil, appVersion: String? = nil
+        bundleID: String? = nil, callKitEnabled: Bool? = nil, appVersion: String? = nil, ringtone: String? = nil
     ) {
+        self.ringtone = ringtone
         self.platform = platform
         self.voipToken = voipToken
         self.apnsToken = apnsToken
@@ -173,6 +177,7 @@ public struct DeviceRegistration: Sendable, Codable, Equatable {
         case bundleID = "bundle_id"
         case callKitEnabled = "callkit_enabled"
         case appVersion = "app_version"
+        case ringtone
     }
 }
 

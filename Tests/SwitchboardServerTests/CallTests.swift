@@ -53,12 +53,14 @@ final class CallFixture: Sendable {
 
     /// Registers an iPhone (VoIP and regular tokens) for `identity`.
     @discardableResult
-    func registerPhone(_ identity: String, device: String, seed: Int, callKit: Bool = true) async throws -> (voip: String, apns: String) {
+    func registerPhone(
+        _ identity: String, device: String, seed: Int, callKit: Bool = true, ringtone: String? = nil
+    ) async throws -> (voip: String, apns: String) {
         let voip = String(format: "%064x", seed)
         let apns = String(format: "%064x", seed + 1_000_000)
         let body = DeviceRegistration(
             platform: "ios", voipToken: voip, apnsToken: apns, environment: "sandbox", bundleID: server.app.bundleID,
-            callKitEnabled: callKit, appVersion: "1.0")
+            callKitEnabled: callKit, appVersion: "1.0", ringtone: ringtone)
         let response = try await HTTPClient.request(
             "PUT", server.baseURL + "/v1/devices/\(device)", headers: [("Authorization", "Bearer " + token(identity))],
             body: Array(try JSONEncoder().encode(body)))
@@ -358,7 +360,7 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(15
     @Test func aDeviceWithoutCallKitGetsAnAlertPushNeverVoIP() async throws {
         let fixture = try CallFixture { $0.limits.alertRingRepeatSeconds = 1 }
         defer { fixture.stop() }
-        let phone = try await fixture.registerPhone("bob", device: "b-china", seed: 31, callKit: false)
+        let phone = try await fixture.registerPhone("bob", device: "b-china", seed: 31, callKit: false, ringtone: "ring.caf")
         let alice = try await fixture.connect("alice", device: "a")
         let callID = try await fixture.call(alice, to: ["bob"])
         try await fixture.waitForPushes(1, type: "alert", callID: callID)
@@ -366,6 +368,15 @@ func event(_ client: TestClient, _ type: String, timeout: Duration = .seconds(15
         #expect(alert.token == phone.apns)
         #expect(alert.payload?["aps"]?["alert"]?["title"] == "Incoming call")
         #expect(alert.payload?["aps"]?["interruption-level"] == "time-sensitive", "heard through a Focus that allows the app")
+        #expect(alert.payload?["aps"]?["sound"] == "ring.caf", "the app's ringtone, as the device registered it")
+        let devices = try await fixture.get("/v1/devices", as: "bob")
+        guard case .array(let listed)? = devices["devices"] else { throw Timeout(what: "bob's devices") }
+        #expect(listed.first { $0["device_id"] == "b-china" }?["ringtone"] == "ring.caf")
+        // A ringtone is a file name of the app, never a path.
+        let bad = try await HTTPClient.request(
+            "PUT", fixture.server.baseURL + "/v1/devices/b-other", headers: [("Authorization", "Bearer " + fixture.token("bob"))],
+            body: Array(#"{"platform":"ios","callkit_enabled":false,"ringtone":"../../etc/passwd"}"#.utf8))
+        #expect(bad.status == 400, "\(bad.text)")
         #expect(fixture.pushes(type: "voip").isEmpty)
         _ = try await event(alice, "call.ringing")
         // Rung again while it rings (one collapse id: one alert on the lock screen), and no more

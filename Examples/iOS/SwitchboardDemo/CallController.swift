@@ -89,7 +89,7 @@ final class CallController {
         manager.start()
         tokens = PushTokenRegistry(
             client: client, policy: policy, environment: APNsEnvironmentOfBuild.current, bundleID: Bundle.main.bundleIdentifier,
-            appVersion: Bundle.main.infoDictionary?["CFBundleShortVersionString"] as? String)
+            appVersion: Bundle.main.infoDictionary?["CFBundleShortVersionString"] as? String, ringtone: "ring.caf")
         let tokens = self.tokens!
         Task { await tokens.start() }
         if policy == .callKit {

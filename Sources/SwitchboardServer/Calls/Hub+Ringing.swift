@@ -72,8 +72,9 @@ extension Hub {
         }
     }
 
-    /// What a push of a call carries: the invite with the keys PushKit apps read, or an alert.
-    func payload(_ push: CallState.Push, _ call: ActiveCall) -> JSONValue {
+    /// What a push of a call carries: the invite with the keys PushKit apps read, or an alert
+    /// (playing the device's `ringtone` when it registered one).
+    func payload(_ push: CallState.Push, _ call: ActiveCall, ringtone: String? = nil) -> JSONValue {
         let state = call.state
         let caller: JSONValue = ["identity": .string(state.caller), "name": .string(call.callerName), "handle": .string(call.handle)]
         switch push {
@@ -83,7 +84,7 @@ extension Hub {
             return [
                 // Time-sensitive: it breaks through a Focus that allows the app, and sounds.
                 "aps": [
-                    "alert": ["title": "Incoming call", "body": .string(call.callerName)], "sound": "default",
+                    "alert": ["title": "Incoming call", "body": .string(call.callerName)], "sound": .string(ringtone ?? "default"),
                     "interruption-level": "time-sensitive",
                 ],
                 "call_id": .string(state.id), "caller": caller, "video": .bool(call.video),
@@ -129,7 +130,7 @@ extension Hub {
         // registered with: never a client's string (a stored one from before is ignored).
         let topic = device.bundleID.flatMap { call.allowedTopics.contains($0) ? $0 : nil } ?? call.topic
         let notification = PushNotification(
-            deviceToken: token, type: type, topic: topic, payload: JSONText.serialize(payload(push, call)),
+            deviceToken: token, type: type, topic: topic, payload: JSONText.serialize(payload(push, call, ringtone: device.ringtone)),
             expiration: plan.expiresAtSeconds, collapseID: plan.collapseID)
         let callID = state.id
         let channel = type == .voip ? "voip_push" : "alert_push"

@@ -25,6 +25,8 @@ enum FieldLimits {
     static let bundleID = 155
     /// `app_version`.
     static let appVersion = 64
+    /// A device's ringtone file name.
+    static let ringtone = 64
 
     /// Checks a free-text field: 1 to `limit` bytes, no control characters; a refusal names it.
     static func check(_ value: String, field: String, limit: Int) throws(ErrorBody) {

@@ -19,6 +19,8 @@ public struct Device: Sendable, Equatable, Codable {
     public var appVersion: String?
     /// Milliseconds since 1970.
     public var updatedAt: Int64
+    /// The app's sound for the alert that rings it without CallKit (nil: the default).
+    public var ringtone: String? = nil
 
     /// The device as its owner may see it: tokens shortened to their first 8 characters.
     public var redacted: JSONValue {
@@ -28,7 +30,7 @@ public struct Device: Sendable, Equatable, Codable {
             "apns_token": apnsToken.map { .string(Redact.token($0)) } ?? .null,
             "environment": .string(environment.rawValue), "bundle_id": bundleID.map(JSONValue.string) ?? .null,
             "callkit_enabled": .bool(callKitEnabled), "app_version": appVersion.map(JSONValue.string) ?? .null,
-            "updated_at": .int(updatedAt),
+            "ringtone": ringtone.map(JSONValue.string) ?? .null, "updated_at": .int(updatedAt),
         ]
     }
 }
@@ -49,13 +51,14 @@ extension Store {
     // MARK: Devices
 
     private static let deviceColumns =
-        "app_id, user_id, device_id, platform, voip_token, apns_token, environment, bundle_id, callkit_enabled, app_version, updated_at"
+        "app_id, user_id, device_id, platform, voip_token, apns_token, environment, bundle_id, callkit_enabled, app_version, updated_at, ringtone"
 
     private static func device(from row: [SQLValue]) -> Device {
         Device(
             appID: row[0].string ?? "", userID: row[1].string ?? "", deviceID: row[2].string ?? "", platform: row[3].string ?? "",
             voipToken: row[4].string, apnsToken: row[5].string, environment: APNsEnvironment(rawValue: row[6].string ?? "") ?? .production,
-            bundleID: row[7].string, callKitEnabled: row[8].int64 == 1, appVersion: row[9].string, updatedAt: row[10].int64 ?? 0)
+            bundleID: row[7].string, callKitEnabled: row[8].int64 == 1, appVersion: row[9].string, updatedAt: row[10].int64 ?? 0,
+            ringtone: row.count > 11 ? row[11].string : nil)
     }
 
     /// Registers (or updates) a device; a new one past `limit` devices for its user is refused.
@@ -81,16 +84,17 @@ extension Store {
             }
             try database.query(
                 """
-                INSERT INTO devices (\(Self.deviceColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO devices (\(Self.deviceColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (app_id, user_id, device_id) DO UPDATE SET platform = excluded.platform,
                     voip_token = excluded.voip_token, apns_token = excluded.apns_token, environment = excluded.environment,
                     bundle_id = excluded.bundle_id, callkit_enabled = excluded.callkit_enabled,
-                    app_version = excluded.app_version, updated_at = excluded.updated_at
+                    app_version = excluded.app_version, updated_at = excluded.updated_at, ringtone = excluded.ringtone
                 """,
                 [.text(device.appID), .text(device.userID), .text(device.deviceID), .text(device.platform),
                  device.voipToken.map(SQLValue.text) ?? .null, device.apnsToken.map(SQLValue.text) ?? .null,
                  .text(device.environment.rawValue), device.bundleID.map(SQLValue.text) ?? .null,
-                 .integer(device.callKitEnabled ? 1 : 0), device.appVersion.map(SQLValue.text) ?? .null, .integer(device.updatedAt)])
+                 .integer(device.callKitEnabled ? 1 : 0), device.appVersion.map(SQLValue.text) ?? .null, .integer(device.updatedAt),
+                 device.ringtone.map(SQLValue.text) ?? .null])
             for (kind, token) in [("voip", device.voipToken), ("apns", device.apnsToken)] {
                 guard let token else { continue }
                 try Self.upsertPushToken(token, appID: device.appID, kind: kind, atMillis: device.updatedAt, in: database)
@@ -131,7 +135,7 @@ extension Store {
         let rows = try read { database in
             try database.query(
                 """
-                SELECT 0, app_id, user_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM blocked
+                SELECT 0, app_id, user_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM blocked
                 WHERE app_id = ? AND blocked_id = ? AND user_id IN (\(marks))
                 UNION ALL
                 \(Self.devicesQuery(users: callees.count, tagged: true))
@@ -149,7 +153,7 @@ extension Store {
         """
         SELECT \(tagged ? "1, " : "")d.app_id, d.user_id, d.device_id, d.platform,
             CASE WHEN v.disabled_at IS NULL THEN d.voip_token END, CASE WHEN a.disabled_at IS NULL THEN d.apns_token END,
-            d.environment, d.bundle_id, d.callkit_enabled, d.app_version, d.updated_at
+            d.environment, d.bundle_id, d.callkit_enabled, d.app_version, d.updated_at, d.ringtone
         FROM devices d
         LEFT JOIN push_tokens v ON v.token = d.voip_token
         LEFT JOIN push_tokens a ON a.token = d.apns_token

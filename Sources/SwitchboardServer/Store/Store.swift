@@ -153,6 +153,10 @@ public final class Store: Sendable {
         );
         CREATE INDEX calls_unended ON calls (owner, lease_until) WHERE state != 'ended';
         """,
+        // 10: the sound a device's app plays for the alert that rings it without CallKit.
+        """
+        ALTER TABLE devices ADD COLUMN ringtone TEXT;
+        """,
     ]
 
     /// Which database the store runs on.

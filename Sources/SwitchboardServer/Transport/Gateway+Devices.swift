@@ -25,6 +25,10 @@ extension Gateway {
             throw ErrorBody(.badRequest, "bundle_id must look like com.example.app (at most \(FieldLimits.bundleID) bytes)")
         }
         try FieldLimits.check(body.appVersion, field: "app_version", limit: FieldLimits.appVersion)
+        if let ringtone = body.ringtone, !isSoundFileName(ringtone) {
+            throw ErrorBody(
+                .badRequest, "ringtone is a sound file name of the app (letters, digits, '.', '_', '-'; at most \(FieldLimits.ringtone) bytes)")
+        }
         return (body, environment)
     }
 
@@ -57,7 +61,7 @@ extension Gateway {
             appID: app.id, userID: userID, deviceID: deviceID, platform: body.platform, voipToken: body.voipToken?.lowercased(),
             apnsToken: body.apnsToken?.lowercased(), environment: environment, bundleID: body.bundleID ?? app.bundleID,
             callKitEnabled: body.callKitEnabled ?? (body.platform == "ios"), appVersion: body.appVersion,
-            updatedAt: hub.wallMillis)
+            updatedAt: hub.wallMillis, ringtone: body.ringtone)
         let limit = configuration.limits.maxDevicesPerUser
         try admitWrite(user)
         return fromStore(for: app.id, { try $0.register(device, limit: limit) }) { [self] result throws(ErrorBody) in
@@ -86,5 +90,11 @@ extension Gateway {
             case .failure(let error): throw storeFailure(error, saving: "the removal")
             }
         }
+    }
+
+    /// A file name APNs' `sound` may carry: a name the app ships, never a path.
+    static func isSoundFileName(_ name: String) -> Bool {
+        (1...FieldLimits.ringtone).contains(name.utf8.count) && name.first != "."
+            && name.unicodeScalars.allSatisfy { ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0) }
     }
 }
