@@ -258,12 +258,16 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
         configureAudio(video: action.isVideo)
         let id = action.callUUID
         let shown = CallUpdate(handle: action.handle.value, displayName: action.handle.value, hasVideo: action.isVideo)
-        forward(action, as: .start(id, handle: action.handle.value, video: action.isVideo)) { [weak self] in
-            guard let self else { return }
-            // The outgoing call gets its name and what it supports, as an incoming one does.
-            self.provider.reportCall(with: id, updated: callUpdate(shown))
-            self.provider.reportOutgoingCall(with: id, startedConnectingAt: Date())
-        }
+        // Labelled: a trailing closure would bind to `fulfil` and replace the fulfilment (the
+        // bridge run in scripts/typecheck-apple.sh caught exactly that).
+        forward(
+            action, as: .start(id, handle: action.handle.value, video: action.isVideo),
+            fulfilled: { [weak self] in
+                guard let self else { return }
+                // The outgoing call gets its name and what it supports, as an incoming one does.
+                self.provider.reportCall(with: id, updated: callUpdate(shown))
+                self.provider.reportOutgoingCall(with: id, startedConnectingAt: Date())
+            })
     }
 
     /// The user answers: audio configured, then the delegate, which holds the action until the

@@ -7,7 +7,8 @@
 @available(macOS, unavailable)
 open class AVAudioSession: NSObject, @unchecked Sendable {
     /// The one shared session.
-    open class func sharedInstance() -> AVAudioSession { fatalError("stub") }
+    open class func sharedInstance() -> AVAudioSession { shared }
+    private static let shared = AVAudioSession()
 
     /// Category, mode and options in one call (iOS 10+).
     open func setCategory(_ category: AVAudioSession.Category, mode: AVAudioSession.Mode, options: AVAudioSession.CategoryOptions = []) throws {}

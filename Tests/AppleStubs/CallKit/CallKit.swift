@@ -8,6 +8,15 @@
 import AVFoundation
 @_exported import Foundation
 
+/// Not CallKit's: what the SDK asked of these stubs, in order, so that
+/// scripts/typecheck-apple.sh can run the bridge's own logic (`Tests/AppleBridge`) on Linux.
+public enum CallKitStubLog {
+    nonisolated(unsafe) private static var entries: [String] = []
+    private static let lock = NSLock()
+    public static func note(_ entry: String) { lock.lock(); entries.append(entry); lock.unlock() }
+    public static var all: [String] { lock.lock(); defer { lock.unlock() }; return entries }
+}
+
 // MARK: Provider
 
 @available(macOS, unavailable)
@@ -33,17 +42,30 @@ open class CXProviderConfiguration: NSObject {
 @available(macOS, unavailable)
 open class CXProvider: NSObject {
     public init(configuration: CXProviderConfiguration) {}
-    open var configuration: CXProviderConfiguration { get { fatalError("stub") } set {} }
+    open var configuration: CXProviderConfiguration {
+        get { fatalError("stub") }
+        set { CallKitStubLog.note("configuration maxPerGroup=\(newValue.maximumCallsPerCallGroup)") }
+    }
     open var pendingTransactions: [CXTransaction] { [] }
 
     open func setDelegate(_ delegate: (any CXProviderDelegate)?, queue: DispatchQueue?) {}
 
     /// The completion runs once the call is allowed or refused, on a queue of CallKit's.
-    open func reportNewIncomingCall(with UUID: UUID, update: CXCallUpdate, completion: @escaping @Sendable ((any Error)?) -> Void) {}
+    open func reportNewIncomingCall(with UUID: UUID, update: CXCallUpdate, completion: @escaping @Sendable ((any Error)?) -> Void) {
+        CallKitStubLog.note("report \(UUID) name=\(update.localizedCallerName ?? "-") grouping=\(update.supportsGrouping)")
+        completion(nil)
+    }
     open func reportNewIncomingCall(with UUID: UUID, update: CXCallUpdate) async throws {}
-    open func reportCall(with UUID: UUID, updated update: CXCallUpdate) {}
-    open func reportCall(with UUID: UUID, endedAt dateEnded: Date?, reason endedReason: CXCallEndedReason) {}
-    open func reportOutgoingCall(with UUID: UUID, startedConnectingAt dateStartedConnecting: Date?) {}
+    open func reportCall(with UUID: UUID, updated update: CXCallUpdate) {
+        CallKitStubLog.note(
+            "update \(UUID) name=\(update.localizedCallerName ?? "-") grouping=\(update.supportsGrouping) ungrouping=\(update.supportsUngrouping) holding=\(update.supportsHolding)")
+    }
+    open func reportCall(with UUID: UUID, endedAt dateEnded: Date?, reason endedReason: CXCallEndedReason) {
+        CallKitStubLog.note("ended \(UUID) \(endedReason)")
+    }
+    open func reportOutgoingCall(with UUID: UUID, startedConnectingAt dateStartedConnecting: Date?) {
+        CallKitStubLog.note("connecting \(UUID)")
+    }
     open func reportOutgoingCall(with UUID: UUID, connectedAt dateConnected: Date?) {}
     /// Must be called before the provider is released.
     open func invalidate() {}
@@ -96,24 +118,33 @@ extension CXProviderDelegate {
 
 @available(macOS, unavailable)
 open class CXAction: NSObject {
-    open var uuid: UUID { fatalError("stub") }
+    open var uuid: UUID { storedUUID }
+    private let storedUUID = UUID()
     open var isComplete: Bool { false }
     /// After this the action times out (`provider(_:timedOutPerforming:)`).
-    open var timeoutDate: Date { fatalError("stub") }
-    open func fulfill() {}
-    open func fail() {}
+    open var timeoutDate: Date { Date().addingTimeInterval(30) }
+    open func fulfill() { CallKitStubLog.note("fulfill \(type(of: self))") }
+    open func fail() { CallKitStubLog.note("fail \(type(of: self))") }
 }
 
 @available(macOS, unavailable)
 open class CXCallAction: CXAction {
-    public init(call callUUID: UUID) {}
-    open var callUUID: UUID { fatalError("stub") }
+    public init(call callUUID: UUID) { storedCallUUID = callUUID }
+    open var callUUID: UUID { storedCallUUID }
+    private let storedCallUUID: UUID
 }
 
 @available(macOS, unavailable)
 open class CXStartCallAction: CXCallAction {
-    public init(call callUUID: UUID, handle: CXHandle) { super.init(call: callUUID) }
-    open var handle: CXHandle { get { fatalError("stub") } set {} }
+    public init(call callUUID: UUID, handle: CXHandle) {
+        storedHandle = handle
+        super.init(call: callUUID)
+    }
+    open var handle: CXHandle {
+        get { storedHandle }
+        set { storedHandle = newValue }
+    }
+    private var storedHandle: CXHandle
     open var contactIdentifier: String?
     open var isVideo: Bool = false
     open func fulfill(withDateStarted dateStarted: Date) {}
@@ -222,9 +253,14 @@ open class CXHandle: NSObject {
         case generic = 1, phoneNumber = 2, emailAddress = 3
     }
 
-    public init(type: CXHandle.HandleType, value: String) {}
-    open var type: CXHandle.HandleType { .generic }
-    open var value: String { "" }
+    public init(type: CXHandle.HandleType, value: String) {
+        storedType = type
+        storedValue = value
+    }
+    open var type: CXHandle.HandleType { storedType }
+    open var value: String { storedValue }
+    private let storedType: CXHandle.HandleType
+    private let storedValue: String
 }
 
 @available(macOS, unavailable)
@@ -256,6 +292,7 @@ public struct CXErrorCodeIncomingCallError: Error, Sendable {
     }
 
     public var code: Code
+    public init(_ code: Code) { self.code = code }
     public static var errorDomain: String { "com.apple.CallKit.error.incomingcall" }
 }
 
