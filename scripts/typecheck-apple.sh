@@ -174,4 +174,4 @@ compile_object SwitchboardProtocol Sources/SwitchboardProtocol/*.swift
 compile_object SwitchboardKit -enable-testing -D SWITCHBOARD_TYPECHECK_URLSESSION -D SWITCHBOARD_APPLE_STUBS Sources/SwitchboardKit/*.swift
 swiftc -swift-version 6 -strict-concurrency=complete -I "$run" Tests/AppleBridge/main.swift "${objects[@]}" -o "$run/bridge"
 "$run/bridge" >"$run/bridge.out" || { cat "$run/bridge.out" >&2; echo "apple typecheck: the bridges' logic failed a check" >&2; exit 1; }
-echo "apple typecheck: the CallKit bridge's logic runs against recording stubs ($(grep -c '^ok' "$run/bridge.out") checks) ($(( $(date +%s) - started )) s in all)"
+echo "apple typecheck: the CallKit and LiveCommunicationKit bridges' logic runs against recording stubs ($(grep -c '^ok' "$run/bridge.out") checks) ($(( $(date +%s) - started )) s in all)"

@@ -85,4 +85,21 @@ check(LiveCommunicationKitSystem.endedReason(.declinedElsewhere) == .declinedEls
 check(LiveCommunicationKitSystem.endedReason(.unanswered) == .unanswered && LiveCommunicationKitSystem.endedReason(.failed) == .failed
     && LiveCommunicationKitSystem.endedReason(.remoteEnded) == .remoteEnded, "unanswered, failed, remote ended")
 
+// LiveCommunicationKitSystem's actions: a join that comes before the manager waits for it,
+// then is fulfilled as a join (with its connection date); a start likewise.
+let conversations = LiveCommunicationKitSystem()
+let manager = ConversationManager(configuration: ConversationManager.Configuration(
+    ringtoneName: nil, iconTemplateImageData: nil, maximumConversationGroups: 2, maximumConversationsPerConversationGroup: 1,
+    includesConversationInRecents: true, supportsVideo: false, supportedHandleTypes: [.generic]))
+let ringing = UUID()
+conversations.conversationManager(manager, perform: JoinConversationAction(conversationUUID: ringing))
+check(!LiveCommunicationKitStubLog.all.contains { $0.hasPrefix("fail") }, "a join before the delegate exists is not failed")
+let lckDelegate = Delegate(fulfils: true)
+conversations.delegate = lckDelegate
+check(lckDelegate.performed == [.answer(ringing)], "the join reaches the delegate as an answer: \(lckDelegate.performed)")
+check(LiveCommunicationKitStubLog.all.contains("fulfill JoinConversationAction dateConnected"), "and is fulfilled as a join")
+conversations.conversationManager(manager, perform: StartConversationAction(conversationUUID: UUID(), handles: [Handle(type: .generic, value: "bob")], isVideo: false))
+check(LiveCommunicationKitStubLog.all.contains("fulfill StartConversationAction dateStarted"), "a start is fulfilled as a start")
+check(LiveCommunicationKitSystem.callAction(EndConversationAction(conversationUUID: ringing)) == .end(ringing), "an end is an end")
+
 exit(failures == 0 ? 0 : 1)

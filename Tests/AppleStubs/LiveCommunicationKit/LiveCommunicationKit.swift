@@ -17,6 +17,14 @@ import AVFoundation
 @_exported import Foundation
 import Observation
 
+/// Not Apple's: what the SDK asked of these stubs, in order, for `Tests/AppleBridge`.
+public enum LiveCommunicationKitStubLog {
+    nonisolated(unsafe) private static var entries: [String] = []
+    private static let lock = NSLock()
+    public static func note(_ entry: String) { lock.lock(); entries.append(entry); lock.unlock() }
+    public static var all: [String] { lock.lock(); defer { lock.unlock() }; return entries }
+}
+
 // MARK: Manager
 
 /// The object through which the app reports conversations to the system and asks it to act on
@@ -255,24 +263,26 @@ public struct Handle: Hashable, Codable, Sendable {  // handle
 @available(iOS 17.4, macCatalyst 17.4, watchOS 10.4, *)
 @available(macOS, unavailable)
 public class ConversationAction {  // conversationaction
-    init() {}
+    init(_ conversationUUID: UUID = UUID()) { storedConversationUUID = conversationUUID }
 
     /// An action on that conversation, expiring at `timeoutDate` (30 s from now by default).
-    public convenience init(conversationUUID: UUID, timeoutDate: Date = Date(timeIntervalSinceNow: 30)) { self.init() }  // conversationaction/init(conversationuuid:timeoutdate:)
+    public convenience init(conversationUUID: UUID, timeoutDate: Date = Date(timeIntervalSinceNow: 30)) { self.init(conversationUUID) }  // conversationaction/init(conversationuuid:timeoutdate:)
 
+    private let storedConversationUUID: UUID
+    private let storedUUID = UUID()
     /// The conversation acted on.
-    public final var conversationUUID: UUID { fatalError("stub") }  // conversationaction/conversationuuid
+    public final var conversationUUID: UUID { storedConversationUUID }  // conversationaction/conversationuuid
     /// The action's own identifier.
-    public final var uuid: UUID { fatalError("stub") }  // conversationaction/uuid
+    public final var uuid: UUID { storedUUID }  // conversationaction/uuid
     /// After this the action can no longer be completed (and times out).
-    public final var timeoutDate: Date { fatalError("stub") }  // conversationaction/timeoutdate
+    public final var timeoutDate: Date { Date().addingTimeInterval(30) }  // conversationaction/timeoutdate
     /// Where the action stands.
     public final var state: ConversationAction.State { .idle }  // conversationaction/state-swift.property
 
     /// Reports success.
-    public final func fulfill() {}  // conversationaction/fulfill()
+    public final func fulfill() { LiveCommunicationKitStubLog.note("fulfill \(type(of: self))") }  // conversationaction/fulfill()
     /// Reports failure.
-    public final func fail() {}  // conversationaction/fail()
+    public final func fail() { LiveCommunicationKitStubLog.note("fail \(type(of: self))") }  // conversationaction/fail()
 
     /// An action's progress.
     public enum State: Hashable, Codable, Sendable {  // conversationaction/state-swift.enum
@@ -291,38 +301,38 @@ public class ConversationAction {  // conversationaction
 @available(iOS 17.4, macCatalyst 17.4, watchOS 10.4, *)
 @available(macOS, unavailable)
 public final class JoinConversationAction: ConversationAction {  // joinconversationaction
-    public init(conversationUUID: UUID) { super.init() }
+    public init(conversationUUID: UUID) { super.init(conversationUUID) }
     /// Success, with when the local participant got connected.
-    public func fulfill(dateConnected: Date) {}  // joinconversationaction/fulfill(dateconnected:)
+    public func fulfill(dateConnected: Date) { LiveCommunicationKitStubLog.note("fulfill JoinConversationAction dateConnected") }  // joinconversationaction/fulfill(dateconnected:)
 }
 
 /// Hang up locally; the conversation may go on for the others (the CXEndCallAction counterpart).
 @available(iOS 17.4, macCatalyst 17.4, watchOS 10.4, *)
 @available(macOS, unavailable)
 public final class EndConversationAction: ConversationAction {  // endconversationaction
-    public init(conversationUUID: UUID) { super.init() }
+    public init(conversationUUID: UUID) { super.init(conversationUUID) }
     /// Success, with when it ended.
-    public func fulfill(dateEnded: Date) {}  // endconversationaction/fulfill(dateended:)
+    public func fulfill(dateEnded: Date) { LiveCommunicationKitStubLog.note("fulfill EndConversationAction dateEnded") }  // endconversationaction/fulfill(dateended:)
 }
 
 /// Start an outgoing conversation that rings the remote handles (the CXStartCallAction counterpart).
 @available(iOS 17.4, macCatalyst 17.4, watchOS 10.4, *)
 @available(macOS, unavailable)
 public final class StartConversationAction: ConversationAction {  // startconversationaction
-    public init(conversationUUID: UUID, handles: [Handle], isVideo: Bool) { super.init() }
+    public init(conversationUUID: UUID, handles: [Handle], isVideo: Bool) { super.init(conversationUUID) }
     /// Who is invited.
     public var handles: [Handle] { [] }  // startconversationaction/handles (a `let`)
     /// Whether it carries video.
     public var isVideo: Bool { false }  // startconversationaction/isvideo (a `let`)
     /// Success, with when it started.
-    public func fulfill(dateStarted: Date) {}  // startconversationaction/fulfill(datestarted:)
+    public func fulfill(dateStarted: Date) { LiveCommunicationKitStubLog.note("fulfill StartConversationAction dateStarted") }  // startconversationaction/fulfill(datestarted:)
 }
 
 /// Mute or unmute the local participant (the CXSetMutedCallAction counterpart).
 @available(iOS 17.4, macCatalyst 17.4, watchOS 10.4, *)
 @available(macOS, unavailable)
 public final class MuteConversationAction: ConversationAction {  // muteconversationaction
-    public init(conversationUUID: UUID, isMuted: Bool) { super.init() }
+    public init(conversationUUID: UUID, isMuted: Bool) { super.init(conversationUUID) }
     /// True to mute, false to unmute.
     public var isMuted: Bool { false }  // muteconversationaction/ismuted (a `let`)
 }
@@ -331,7 +341,7 @@ public final class MuteConversationAction: ConversationAction {  // muteconversa
 @available(iOS 17.4, macCatalyst 17.4, watchOS 10.4, *)
 @available(macOS, unavailable)
 public final class PauseConversationAction: ConversationAction {  // pauseconversationaction
-    public init(conversationUUID: UUID, isPaused: Bool) { super.init() }
+    public init(conversationUUID: UUID, isPaused: Bool) { super.init(conversationUUID) }
     /// True to hold, false to resume.
     public var isPaused: Bool { false }  // pauseconversationaction/ispaused (a `let`)
 }
@@ -340,7 +350,7 @@ public final class PauseConversationAction: ConversationAction {  // pauseconver
 @available(iOS 17.4, macCatalyst 17.4, watchOS 10.4, *)
 @available(macOS, unavailable)
 public final class PlayToneAction: ConversationAction {  // playtoneaction
-    public init(conversationUUID: UUID, digits: String, tone: PlayToneAction.Tone) { super.init() }
+    public init(conversationUUID: UUID, digits: String, tone: PlayToneAction.Tone) { super.init(conversationUUID) }
     /// The digits typed or dialled.
     public var digits: String { "" }  // playtoneaction/digits (a `let`)
     /// How they are to be played.
