@@ -133,16 +133,7 @@ public final class CallKitSystem: NSObject, CallSystem, CXProviderDelegate, @unc
     /// extend: 5, 6 and 7 need no newer SDK here).
     static func reportError(_ error: any Error) -> CallSystemError {
         guard let error = error as? CXErrorCodeIncomingCallError else { return .unknown(-1) }
-        switch error.code.rawValue {
-        case 1: return .unentitled
-        case 2: return .callUUIDAlreadyExists
-        case 3: return .filteredByDoNotDisturb
-        case 4: return .filteredByBlockList
-        case 5: return .filteredDuringRestrictedSharingMode
-        case 6: return .callIsProtected
-        case 7: return .filteredBySensitiveParticipants
-        case let code: return .unknown(code)
-        }
+        return CallSystemError(incomingCallCode: error.code.rawValue)
     }
 
     /// CallKit's request error as a `CallSystemError`, by its code.

@@ -70,6 +70,21 @@ public enum CallSystemError: Error, Sendable, Equatable {
     /// Any other code, kept for the logs.
     case unknown(Int)
 
+    /// A refused incoming report by CallKit's incoming-call code (which newer iOS versions
+    /// extend: 5, 6 and 7 need no newer SDK); LiveCommunicationKit's errors carry the same.
+    init(incomingCallCode code: Int) {
+        switch code {
+        case 1: self = .unentitled
+        case 2: self = .callUUIDAlreadyExists
+        case 3: self = .filteredByDoNotDisturb
+        case 4: self = .filteredByBlockList
+        case 5: self = .filteredDuringRestrictedSharingMode
+        case 6: self = .callIsProtected
+        case 7: self = .filteredBySensitiveParticipants
+        default: self = .unknown(code)
+        }
+    }
+
     /// What the server hears when the system did not show a call (`call.decline` with reason
     /// `filtered`); nil for `callUUIDAlreadyExists`, which is not a refusal.
     public var filter: CallFilter? {

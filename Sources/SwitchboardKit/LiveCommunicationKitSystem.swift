@@ -116,16 +116,7 @@ public final class LiveCommunicationKitSystem: CallSystem, ConversationManagerDe
     static func reportError(_ error: any Error) -> CallSystemError {
         let error = error as NSError
         guard error.domain == "com.apple.CallKit.error.incomingcall" else { return .unknown(error.code) }
-        switch error.code {
-        case 1: return .unentitled
-        case 2: return .callUUIDAlreadyExists
-        case 3: return .filteredByDoNotDisturb
-        case 4: return .filteredByBlockList
-        case 5: return .filteredDuringRestrictedSharingMode
-        case 6: return .callIsProtected
-        case 7: return .filteredBySensitiveParticipants
-        case let code: return .unknown(code)
-        }
+        return CallSystemError(incomingCallCode: error.code)
     }
 
     /// LiveCommunicationKit's reason for an end.
