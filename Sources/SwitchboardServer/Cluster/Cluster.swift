@@ -287,13 +287,28 @@ package final class Cluster: @unchecked Sendable {
     /// quote unescaped, so the first `,"signal":` is the member, and the payload runs to the
     /// last byte but the closing brace. Nil for any other message.
     package static func splitSignal(_ payload: [UInt8]) -> (fields: [String: JSONValue], signal: ArraySlice<UInt8>)? {
-        let prefix = Array(#"{"k":"tell","op":"sig","#.utf8), member = Array(#","signal":"#.utf8)
-        guard payload.count > prefix.count + member.count, payload.starts(with: prefix), payload.last == 0x7D,
-            let at = payload.firstRange(of: member)
-        else { return nil }
-        guard case .object(let fields)? = JSONText.parse(Array(payload[..<at.lowerBound]) + [0x7D]) else { return nil }
-        return (fields, payload[at.upperBound..<(payload.count - 1)])
+        guard payload.count > signalPrefix.count + signalMember.count, payload.last == 0x7D else { return nil }
+        // A loop over the bytes, not `firstRange(of:)`: that generic search was a third of a
+        // receiving node's CPU per relayed signal.
+        let found: Int? = payload.withUnsafeBufferPointer { bytes in
+            guard memcmp(bytes.baseAddress!, signalPrefix, signalPrefix.count) == 0 else { return nil }
+            let first = signalMember[0], last = bytes.count - signalMember.count
+            var at = signalPrefix.count
+            while at <= last {
+                if bytes[at] == first, memcmp(bytes.baseAddress! + at, signalMember, signalMember.count) == 0 { return at }
+                at += 1
+            }
+            return nil
+        }
+        guard let at = found else { return nil }
+        var head = Array(payload[..<at])
+        head.append(0x7D)
+        guard case .object(let fields)? = JSONText.parse(head) else { return nil }
+        return (fields, payload[(at + signalMember.count)..<(payload.count - 1)])
     }
+
+    private static let signalPrefix = Array(#"{"k":"tell","op":"sig","#.utf8)
+    private static let signalMember = Array(#","signal":"#.utf8)
 
     /// Which of `nodes` are alive (their key is there); nil when Redis did not answer.
     func alive(_ nodes: Set<String>, then: @escaping (Set<String>?) -> Void) {

@@ -37,6 +37,8 @@ public final class EventLoop: @unchecked Sendable {
     let evLoop: UnsafeMutableRawPointer
     private let foreignLoops: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     private var timers = TimerHeap()
+    /// What runs when the current turn of the loop ends (`atTurnEnd`).
+    private var turnEnd: [() -> Void] = []
     private var timerArmedAt: UInt64 = .max
 
     weak var server: HTTPServer?
@@ -160,6 +162,7 @@ public final class EventLoop: @unchecked Sendable {
         while !stopRequested.load(ordering: .acquiring) {
             sb_ev_run_once(evLoop)
             server?.flushQueuedFrames()
+            runTurnEnd()
         }
         drainPending()
         for watcher in acceptWatchers { sb_ev_io_free(evLoop, watcher) }
@@ -171,6 +174,21 @@ public final class EventLoop: @unchecked Sendable {
         sb_ev_loop_destroy(evLoop)
         clients.removeAll()
         finished.signal()
+    }
+
+    /// Runs `body` once the events of the loop's current turn are handled (frames the turn
+    /// queued are written first): what the turn wrote many times is sent in one system call.
+    /// Loop thread only.
+    public func atTurnEnd(_ body: @escaping () -> Void) {
+        turnEnd.append(body)
+    }
+
+    private func runTurnEnd() {
+        while !turnEnd.isEmpty {
+            let work = turnEnd
+            turnEnd.removeAll(keepingCapacity: true)
+            for item in work { item() }
+        }
     }
 
     /// Runs `work` on the loop thread, soon. Callable from any thread.
