@@ -137,6 +137,25 @@ final class TestCluster: Sendable {
         return voip
     }
 
+    /// Registers an iPhone without CallKit (rung by alert pushes) for `identity` through node
+    /// `number`; returns its token.
+    func registerAlertPhone(_ identity: String, device: String, seed: Int, node number: Int) async throws -> String {
+        let token = String(format: "%064x", seed)
+        let body = DeviceRegistration(platform: "ios", apnsToken: token, environment: "sandbox", bundleID: app.bundleID, callKitEnabled: false)
+        let response = try await HTTPClient.request(
+            "PUT", "http://127.0.0.1:\(port(number))/v1/devices/\(device)", headers: [("Authorization", "Bearer " + self.token(identity))],
+            body: Array(try JSONEncoder().encode(body)))
+        #expect(response.status == 200, "\(response.text)")
+        return token
+    }
+
+    /// Invite alerts (not the missed-call notice) the sandbox accepted for a call.
+    func alertInvites(callID: String) -> [APNsSandbox.Record] {
+        sandbox.records.filter {
+            $0.status == 200 && $0.pushType == "alert" && $0.payload?["call_id"]?.stringValue == callID && $0.payload?["missed"] == nil
+        }
+    }
+
     func get(_ path: String, as identity: String, node number: Int) async throws -> JSONValue {
         let response = try await HTTPClient.request(
             "GET", "http://127.0.0.1:\(port(number))" + path, headers: [("Authorization", "Bearer " + token(identity))])
@@ -342,6 +361,37 @@ struct ClusterTests {
         let trace = entries(try await cluster.get("/v1/calls/\(callID)/trace", as: "alice", node: survivor)["trace"])
         #expect(trace.filter { $0["event"] == "delivered" }.compactMap { $0["device"]?.stringValue } == ["b-web"], "\(trace)")
         #expect(trace.filter { $0["event"] == "push_sent" }.count == 1, "\(trace)")
+    }
+
+    /// A phone without CallKit rings by alert pushes repeated while the call rings: when the
+    /// node running the call dies, the node that takes it over goes on repeating them (to the
+    /// same token, under the call's collapse id), and stops when the call is cancelled.
+    // Covers: limit:alert_ring_repeat_seconds
+    @Test func alertRepeatsGoOnAfterATakeover() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--alert-ring-repeat-seconds", "1"]) }
+        let phone = try await cluster.registerAlertPhone("bob", device: "b-china", seed: 7301, node: 2)
+        let alice = try await cluster.connect("alice", device: "a-web", node: 1)
+        let callID = try await call(alice, to: ["bob"], timeout: 60)
+        try await within(.seconds(10), "the first alert") { while cluster.alertInvites(callID: callID).isEmpty { try await Task.sleep(for: .milliseconds(50)) } }
+        cluster.node(1)?.kill9()
+        try await within(.seconds(15), "node 2 to take the call over") {
+            while cluster.node(2)?.standardError.contains("call taken over") != true { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let atTakeover = cluster.alertInvites(callID: callID).count
+        try await within(.seconds(5), "alerts repeated by the node that took the call over") {
+            while cluster.alertInvites(callID: callID).count < atTakeover + 2 { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let alerts = cluster.alertInvites(callID: callID)
+        #expect(Set(alerts.map(\.token)) == [phone])
+        #expect(Set(alerts.compactMap(\.collapseID)) == [callID], "one alert on the lock screen")
+        #expect(cluster.voipPushes(callID: callID).isEmpty)
+        let caller = try await cluster.connect("alice", device: "a-web", node: 2)
+        #expect(try await actUntilTaken(caller, MessageType.callCancel, callID).type == MessageType.ok)
+        let sent = cluster.alertInvites(callID: callID).count
+        try await Task.sleep(for: .seconds(2))
+        #expect(cluster.alertInvites(callID: callID).count == sent, "no ring after the call ended")
     }
 
     /// A ringing call whose node dies rings out on time: its ring timer, re-armed by the node

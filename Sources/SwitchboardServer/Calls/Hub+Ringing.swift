@@ -56,7 +56,7 @@ extension Hub {
     /// 30 s of the app's sound): while the call still rings for `callee` on that device, the
     /// alert is sent again every `alert_ring_repeat_seconds`, under the same collapse id (it
     /// replaces the one on the lock screen, and sounds again). The node running the call sends
-    /// it; after a takeover the repeats stop (the phone still shows the last alert).
+    /// it; a node that takes the call over goes on (`adopt`).
     func repeatAlertInvite(_ call: ActiveCall, callee: String, device: Device) {
         let seconds = configuration.limits.alertRingRepeatSeconds
         guard seconds > 0 else { return }

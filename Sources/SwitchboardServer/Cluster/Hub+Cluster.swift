@@ -113,7 +113,9 @@ extension Hub {
 
     /// Runs a call taken over from a dead node as if it had started here: indexed, its timers
     /// armed from its wall-clock times (the ring timer fires when it would have), stored as
-    /// this node's. Nothing is sent again: its invites and pushes went out from its first node.
+    /// this node's. Nothing is sent again: its invites and pushes went out from its first node;
+    /// a phone rung by an alert gets its repeats from here on (`repeatAlertInvite`), the first
+    /// `alert_ring_repeat_seconds` after the takeover.
     private func adopt(_ call: ActiveCall) {
         let state = call.state
         calls[state.id] = call
@@ -126,6 +128,12 @@ extension Hub {
         var effects: [CallState.Effect] = []
         if let left = state.ringTimeLeft(at: now) { effects.append(.armRingTimer(after: left)) }
         perform(call, effects + [.save])
+        for callee in call.state.ringingCallees {
+            for phone in call.state.phones[callee] ?? [] where !phone.voip {
+                guard let device = call.devices[callee]?.first(where: { $0.deviceID == phone.id }) else { continue }
+                repeatAlertInvite(call, callee: callee, device: device)
+            }
+        }
     }
 
     /// Another node holds a call this one ran (it took it over while this one could not renew

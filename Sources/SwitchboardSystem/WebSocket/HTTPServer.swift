@@ -156,7 +156,8 @@ public final class HTTPServer: @unchecked Sendable {
     }
 
     /// Writes the frames queued in this turn of the loop, once the turn has handled its events.
-    /// A connection given one frame (a signal, a reply: how paced traffic comes) is serviced
+    /// A connection given one frame (a signal, a reply: how paced traffic comes) or a
+    /// keepalive ping is serviced
     /// at once as writeable, without asking epoll: libwebsockets writes what it owes first (a
     /// pong, buffered bytes, a close: then the frame waits for a real writeable event, as it
     /// would have) and then calls the writeable callback, which writes the frame. Asking epoll
@@ -175,8 +176,8 @@ public final class HTTPServer: @unchecked Sendable {
             index += 1
             conn.awaitingFlush = false
             // `isWebSocket` is false once libwebsockets has closed it (its wsi is gone).
-            guard conn.isWebSocket, !conn.sendQueue.isEmpty else { continue }
-            if conn.sendQueue.count == 1 {
+            guard conn.isWebSocket, !conn.sendQueue.isEmpty || conn.pingDue else { continue }
+            if conn.sendQueue.count <= 1 {
                 sb_lws_service_writeable(context, conn.wsi)
             } else {
                 lws_callback_on_writable(conn.wsi)
@@ -333,7 +334,12 @@ public final class HTTPServer: @unchecked Sendable {
         } else if silence >= pingAfter {
             conn.pingOutstanding = true
             conn.pingDue = true
-            lws_callback_on_writable(conn.wsi)
+            // Written when the turn ends, as a frame is (`flushQueuedFrames`): asking epoll for
+            // a writeable event would cost every ping two `epoll_ctl` calls and a wakeup.
+            if !conn.awaitingFlush {
+                conn.awaitingFlush = true
+                unflushed.append(conn)
+            }
             // Back when the pong has had time to come (then the next ping falls due a ping
             // interval after it), or when the drop falls due, whichever comes first.
             next = max(min(conn.lastHeard + dropAfter, now + pingAfter), now + keepalivePeriod)
