@@ -77,7 +77,12 @@ ending the stopped node's calls, 100 per sweep: each run now cancels its calls o
 wait 20-150 ms each, then the rest are quick again. They were not traced to a cause in this
 build: not PostgreSQL's autovacuum (the same with it off), nor the renewals or the sweep any
 more; two nodes, Redis and PostgreSQL share the cores, and a setup across nodes makes three
-Redis round trips and waits for a commit. The goal is not met.
+Redis round trips and waits for a commit. The tail varies from run to run far more than one
+node's: on 2026-12-04, nine runs of two nodes (this table's three among them, two of the
+build before) had p99s from 8 to 38 ms, alternating runs of that day's build and the one before it did not tell them apart
+(16.0 and 37.7 ms against 26.4 and 27.7), and neither did a lease of 60 s (renewals every 20 s:
+9.3 ms) against the default (12.6 ms) run right after it. A median under 10 ms in a table is
+therefore not the goal met: it is not met reliably.
 """
 
 
@@ -127,6 +132,25 @@ Ratio, two nodes to one: **{two / one:.2f}×** (goal ≤ 2×). Each run, CPU per
 share of the machine's time stolen by other guests: one node {each('one-node')}; two nodes
 {each('two-nodes')}. The latencies share one core among two nodes and Redis (the cluster's
 processes compete for core 0); they are shown for the order of magnitude, not as a result.
+
+Where the two nodes' CPU goes (by hand on 2026-12-04, each process's CPU and `perf`): of a
+signal's cost across nodes, node A (the sender's) takes about 45%, node B 35%, Redis 20%.
+Two causes were found and fixed that day. Node B found the payload in each message with
+Foundation's generic `firstRange(of:)`, a third of its CPU; a byte loop now. And each `PUBLISH`
+waited for the next turn of A's loop to be written, after asking epoll to watch the socket for
+writing and then not to (two `epoll_ctl` calls and a wakeup per signal); commands are now
+written when the turn that sent them ends, several in one system call when a turn sends
+several. Together, in runs of both builds minutes apart, the three processes' CPU for the
+same 40,000 signals went from 4.9-5.0 s to 3.9-4.1 s (-17 to -22%); the ratio in the table moved less because the
+one-node figure, on a host faster that day, fell too. What is left is mostly system calls,
+and the path sets their number: on one node a signal is one read and two writes (the relay
+and the `ok`) in one process; across nodes it is four reads and five writes in three
+processes (A reads the signal and Redis's reply to the `PUBLISH`, writes the `ok` and the
+`PUBLISH`; Redis reads it and writes the message and the reply; B reads the message and
+writes the relay), and on loopback each write also pays for the receiving side's TCP. That
+alone is some 2.5-3× one node's kernel work, so the 2× goal is not reachable on this path
+without batching several signals per system call (which paced, one-at-a-time traffic does
+not allow) or a path without the broker.
 
 **Connects per second through HAProxy.** Authenticated WebSocket connects (`switchboard-bench
 churn`, 64 at a time, each opening a session and closing) to one node of the cluster, straight
