@@ -47,10 +47,10 @@ for run in $(seq 1 "$runs"); do
 done
 cat "$out/stalls.jsonl"
 
-latency_run() {  # latency_run NAME PID PORT KEY SECRET RATE [IDLE]: IDLE ($idle) idle connections, then the paced relay, both on core 1
-  local name=$1 pid=$2 port=$3 key=$4 secret=$5 rate=$6 idle=${7:-$idle}
+latency_run() {  # latency_run NAME PID PORT KEY SECRET RATE [IDLE [SETTLE]]: IDLE ($idle) idle connections, SETTLE seconds (0), then the paced relay, both on core 1
+  local name=$1 pid=$2 port=$3 key=$4 secret=$5 rate=$6 idle=${7:-$idle} settle=${8:-0}
   local generator=
-  if [ "$idle" -gt 0 ]; then hold_idle "$port" "$key" "$secret" 3600; fi
+  if [ "$idle" -gt 0 ]; then hold_idle "$port" "$key" "$secret" 3600; sleep "$settle"; fi
   local start_ticks; start_ticks=$(cpu_ticks "$pid")
   local start_steal; start_steal=$(steal_ticks)
   "${priority[@]}" taskset -c 1 "$out/wsload" relay --port "$port" --key "$key" --secret "$secret" \
@@ -80,12 +80,15 @@ echo_run() {  # echo_run NAME RATE
   stop "$server"
 }
 ratio_rate="${LATENCY_RATIO_RATE:-10000}"
+# The ratio's relay starts once the idle connections have been open this long: their keepalive
+# pings, the first of which come 20-30 s after they open, are then as they are for good.
+ratio_settle="${LATENCY_SETTLE_SECONDS:-30}"
 
 for run in $(seq 1 "$runs"); do
   # The ratio: Switchboard's relay and the C echo at the same rate, the same idle connections
   # open, one after the other.
   start_switchboard "$out/latency-$run-ratio" --messages-per-second 100000 --message-burst 100000
-  latency_run switchboard-ratio "$server" "$port" "$key" "$secret" "$ratio_rate"
+  latency_run switchboard-ratio "$server" "$port" "$key" "$secret" "$ratio_rate" "$idle" "$ratio_settle"
   stop "$server"
   echo_run echo-ratio "$ratio_rate"
 

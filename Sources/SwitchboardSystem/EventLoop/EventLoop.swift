@@ -243,14 +243,33 @@ public final class EventLoop: @unchecked Sendable {
 
     // MARK: Timers
 
-    /// Runs `body` on the loop after `delay`. Loop thread only.
+    /// Runs `body` on the loop after `delay`. Loop thread only. After the timers that fall due
+    /// together have run, libwebsockets is woken to service what they changed (see
+    /// `fireTimers`), unless each of them was scheduled `quiet`: a body that changes nothing of
+    /// libwebsockets but writes (the keepalive wheel's ticks, hundreds a second) saves that
+    /// wakeup, and calls `serviceAfterTimers()` the times it does.
     @discardableResult
     public func schedule(after delay: Duration, _ body: @escaping () -> Void) -> TimerID {
+        schedule(after: delay, quiet: false, body)
+    }
+
+    @discardableResult
+    public func schedule(after delay: Duration, quiet: Bool, _ body: @escaping () -> Void) -> TimerID {
         let deadline = Self.nowMicros() &+ UInt64(max(0, delay.microseconds))
-        let id = timers.insert(deadline: deadline, body)
+        let id = timers.insert(deadline: deadline, quiet ? body : { [unowned self] in
+            servicesAfterTimers = true
+            body()
+        })
         armTimer()
         return id
     }
+
+    /// From a `quiet` timer's body: libwebsockets is to be woken once the due timers have run
+    /// (the body set a libwebsockets timeout, closed a connection). Loop thread only.
+    public func serviceAfterTimers() {
+        servicesAfterTimers = true
+    }
+    private var servicesAfterTimers = false
 
     /// Cancels a timer; harmless if it already ran. Loop thread only.
     public func cancel(_ timer: TimerID) {
@@ -268,12 +287,14 @@ public final class EventLoop: @unchecked Sendable {
 
     func fireTimers() {
         timerArmedAt = .max
+        servicesAfterTimers = false
         let now = Self.nowMicros()
         while let body = timers.popDue(now: now) { body() }
         armTimer()
         // On libev, libwebsockets re-arms its own timers (connection timeouts, kills set with
-        // lws_set_timeout) only after servicing I/O; a timer body is not I/O, so wake it once.
-        lws_cancel_service(context)
+        // lws_set_timeout) only after servicing I/O; a timer body is not I/O, so wake it once
+        // (a write to its pipe and another turn of the loop) unless the bodies were quiet.
+        if servicesAfterTimers { lws_cancel_service(context) }
     }
 
     package static func nowMicros() -> UInt64 {
