@@ -279,6 +279,46 @@ import SwitchboardSupport
         #expect((3...6).contains(pings), "\(pings) pings in 5.5 s: \(log)")
     }
 
+    /// Connections opened together are not pinged together: each first ping comes after a
+    /// ping interval of silence (never sooner) and a random part of half another, so that the
+    /// pings of a node's clients, who all reconnect at once after a restart, stay spread.
+    @Test func theFirstPingsOfConnectionsOpenedTogetherAreSpread() async throws {
+        let server = try TestServer {
+            $0.limits.pingIntervalSeconds = 2
+            $0.limits.idleTimeoutSeconds = 30
+        }
+        defer { server.stop() }
+        var sockets: [(RawSocket, ContinuousClock.Instant)] = []
+        for _ in 0..<6 {
+            let socket = try RawSocket(port: server.server.port)
+            _ = try await socket.openSession(token: server.token())
+            sockets.append((socket, ContinuousClock.now))
+        }
+        defer { for (socket, _) in sockets { socket.close() } }
+        let firstPings = try await withThrowingTaskGroup(of: Duration?.self) { group in
+            for (socket, opened) in sockets {
+                group.addTask {
+                    try await offThePool { () -> Duration? in
+                        while let frame = try? socket.blockingReadFrame(limit: .seconds(6)) {
+                            if frame.0 == 0x9 { return ContinuousClock.now - opened }
+                        }
+                        return nil
+                    }
+                }
+            }
+            return try await group.reduce(into: [Duration?]()) { $0.append($1) }
+        }
+        let pinged = firstPings.compactMap { $0 }
+        #expect(pinged.count == 6, "first pings: \(firstPings)")
+        // Each after 2 s of silence at least (counted from its welcome, a little after the
+        // server began counting; 1.5 s leaves a slow host room).
+        #expect(pinged.allSatisfy { $0 >= .seconds(1.5) }, "first pings: \(pinged)")
+        // Spread over a second: six that each waited exactly an interval would be within a
+        // slot or two of each other, counted from their opens.
+        let spread = (pinged.max() ?? .zero) - (pinged.min() ?? .zero)
+        #expect(spread >= .milliseconds(150), "first pings within \(spread): \(pinged)")
+    }
+
     /// A pong that comes after the next visit was due (a slow client, a busy host): the next
     /// ping still comes a ping interval after it, not only when the idle timeout is near.
     @Test func aLatePongIsFollowedByTheNextPingAnIntervalLater() async throws {
