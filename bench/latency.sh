@@ -121,4 +121,4 @@ for run in $(seq 1 "$runs"); do
   stop "$server"
 done
 cat "$out/latency.jsonl"
-write_section "## Latency:" latency_report.py "$out/latency.jsonl" "$runs" "$idle" "$rate" "$pairs" "$common_rate" "$out/stalls.jsonl" "$ratio_rate"
+write_section "## Latency:" latency_report.py "$out/latency.jsonl" "$runs" "$idle" "$rate" "$pairs" "$common_rate" "$out/stalls.jsonl" "$ratio_rate" "$ratio_settle"

@@ -12,6 +12,7 @@ rows = read_jsonl(sys.argv[1])
 runs, idle, rate, pairs, common = sys.argv[2:7]
 probes = read_jsonl(sys.argv[7])
 ratio_rate = int(sys.argv[8]) if len(sys.argv) > 8 else 0
+settle = int(sys.argv[9]) if len(sys.argv) > 9 else 30
 
 
 def stalls(label):
@@ -68,18 +69,29 @@ and stalls give any server; the ratio is what Switchboard adds. Goal: ≤ 1.5×.
 p99 ratio, median of the runs' ratios: **{ratios[len(ratios) // 2]:.2f}×** (each run,
 Switchboard / echo: {each}).
 
-Why the goal is missed, as far as it is understood (found by hand on 2026-12-04 with
-`perf` and the same generators): the idle connections cost the server no CPU (at 10,000
-signals/s its CPU was the same, 48% of the core, with none and with 10,000 open), but its p99
-went from 0.22 ms with none to 0.75 ms with them. They are 20,000 descriptors, and with that
-many open this machine takes a core for 15-40 ms every few seconds (the stall probe below).
-Both servers lose the same stalls; what differs is how long the backlog takes to drain: paced,
-a signal costs the server one read and two writes (the relay and the `ok` reply), and the
-loopback stack's delivery to the receiving process is charged to the writer (53% of the
-server's profile is the kernel), so at 10,000/s the server is about half busy against the
-echo's sixth, and a stall's backlog delays several times more signals, past the 1% a p99
-leaves out. Closing the gap needs fewer system calls per signal (a signal sent without an `id`
-answered by no reply is a protocol change not made yet), or a host without these stalls.
+The relay starts once the idle connections have been open {settle} s, when their keepalive
+pings (the first 20-30 s after a connection opens) are as they will stay.
+
+What the tail was found to be (by hand on 2026-12-06, alternating builds and settings, 3 runs
+each, the relay started as soon as the idle connections were open): most of it was the
+keepalive. The 10,000 connections open within about 4 s, and each was pinged a ping interval
+after it opened and a ping interval after each pong, so all were pinged in step: 125 pings
+to each 50 ms slot of the keepalive's wheel, written in one turn of the loop with their pongs
+read in the next, and the signals that came meanwhile waited behind them. With pings off
+(`--ping-interval-seconds 3600`) that build's p99 was 0.07-0.11 ms against 0.45-0.61 ms with
+them. With a connection's first ping later by a random part of half the interval and slots
+of 10 ms, in those runs the build before gave 0.27-0.39 ms and that build 0.08-0.11 ms. Once
+the connections had been open 30 s, though, the two measured alike (0.10-0.20 ms against
+0.11-0.15 ms), although the pings of the build before are then just as much in step; why the
+first round costs more was not found. And slots of 10 ms cost 1.4 times the CPU per ping (the
+idle section, run the same way: 1.40% of a core at 10,000 connections against 0.98%, fewer
+pings to a wakeup), so the slots stay 50 ms and only the first pings are spread. What is left is
+the cost of a signal: paced, it is one read and two writes for the server (the relay and the
+`ok`), and on loopback the receiving side's TCP is charged to the writer, so at 10,000/s the
+server is busy about three times as long as the echo (the CPU column), and a signal that arrives
+while another is handled waits for it. Closing the rest of the gap needs fewer system calls
+per signal (a signal sent without an `id` and answered by no reply is a protocol change not
+made yet). The host's stalls (below) still put some runs' p99 in milliseconds, the echo's too.
 
 """
 

@@ -265,7 +265,7 @@ public final class HTTPServer: @unchecked Sendable {
     /// most a turn of the wheel ahead (a later one is visited and put back again). Closed
     /// connections leave their slot when it is next emptied. The wheel's timer wakes the loop
     /// for the next slot that holds a connection, not every tick: with few connections most
-    /// slots are empty, and a wakeup every 5 ms cost a server with 100 connections 1% of a core.
+    /// slots are empty (a wakeup every 5 ms cost a server with 100 connections 1% of a core).
     private var keepaliveWheel: [[Connection]] = []
     private var wheelCursor = 0
     private var wheelCursorTime: UInt64 = 0
@@ -274,21 +274,18 @@ public final class HTTPServer: @unchecked Sendable {
     /// The wheel's timer and the time it is set for; nil while the wheel is empty or turning.
     private var wheelTimer: (id: TimerID, at: UInt64)?
     private var wheelTurning = false
-    private static let wheelSlots = 4096
+    private static let wheelSlots = 1024
 
     /// A quarter of the ping interval, at most a second: how often a connection sending more
     /// than a quarter of its receive allowance is visited.
     private var keepalivePeriod: UInt64 {
         UInt64(min(1000, max(50, options.pingIntervalSeconds * 250))) * 1000
     }
-    /// One slot's time: a ping goes out at most that late. Short (10 ms at the default ping
-    /// interval), so that the pings falling due together are few and the signals that wait
-    /// behind them (and behind their pongs) wait little; not shorter, as each slot with a
-    /// connection in it is a wakeup, and pings batched fewer to a wakeup cost more each. At
-    /// 10,000 connections and 10,000 signals/s, the relay's p99 was about 0.11 ms with 20 ms
-    /// slots and 0.06-0.09 ms with 5 ms ones, against 0.18-0.6 ms with 50 ms slots and first
-    /// pings not spread (all measured alternating, 2026-12-06).
-    private var wheelTick: UInt64 { keepalivePeriod / 100 }
+    /// One slot's time: a ping goes out at most that late (50 ms at the default ping interval).
+    /// Each slot that holds a connection is a wakeup, and pings batched fewer to a wakeup cost
+    /// more each: slots of 10 ms cost 1.4 times the CPU per ping for no p99 measurably lower
+    /// once the pings are spread (2026-12-06; BENCHMARKS.md, latency and idle sections).
+    private var wheelTick: UInt64 { keepalivePeriod / 20 }
 
     private func startKeepalive(_ conn: Connection) {
         if keepaliveWheel.isEmpty {
