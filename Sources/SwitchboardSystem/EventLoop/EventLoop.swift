@@ -246,7 +246,7 @@ public final class EventLoop: @unchecked Sendable {
     /// Runs `body` on the loop after `delay`. Loop thread only. After the timers that fall due
     /// together have run, libwebsockets is woken to service what they changed (see
     /// `fireTimers`), unless each of them was scheduled `quiet`: a body that changes nothing of
-    /// libwebsockets but writes (the keepalive wheel's ticks, hundreds a second) saves that
+    /// libwebsockets but writes (the keepalive wheel's ticks, up to twenty a second) saves that
     /// wakeup, and calls `serviceAfterTimers()` the times it does.
     @discardableResult
     public func schedule(after delay: Duration, _ body: @escaping () -> Void) -> TimerID {

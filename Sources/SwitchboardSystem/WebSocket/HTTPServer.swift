@@ -230,8 +230,9 @@ public final class HTTPServer: @unchecked Sendable {
         /// half the interval (less if the idle timeout comes sooner), so that connections opened
         /// together (every client of a node that restarted reconnects within seconds) are not
         /// pinged, nor read their pongs, together ever after: 10,000 connections opened in 4 s
-        /// and pinged in step put 125 pings and their pongs in each keepalive tick, and the
-        /// relay's p99 at 10,000 signals/s was 3-6 times what it is with them spread. Later, not
+        /// and pinged in step put 125 pings and their pongs in each keepalive tick, and in that
+        /// first round the relay's p99 at 10,000 signals/s was about three times what it is
+        /// with them spread (BENCHMARKS.md, latency). Later, not
         /// sooner: a client is never pinged before a ping interval of silence. 0 once the first
         /// ping is out.
         var firstPingLater: UInt64 = 0
