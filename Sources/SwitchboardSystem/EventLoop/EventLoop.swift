@@ -64,7 +64,12 @@ public final class EventLoop: @unchecked Sendable {
         protocols.initialize(repeating: lws_protocols(), count: 3)
         protocols[0].name = UnsafePointer(protocolNames[0])
         protocols[0].callback = serverCallback
-        protocols[0].rx_buffer_size = 16 * 1024
+        // Each WebSocket gets a receive buffer of this size from libwebsockets for as long as it
+        // is open (a larger message arrives in pieces, joined in `HTTPServer`). 4 KiB is what
+        // libwebsockets reads at once anyway; 16 KiB made it 13 KB of an idle connection's
+        // 21 KB (BENCHMARKS.md, idle section). Sends are capped separately, as before.
+        protocols[0].rx_buffer_size = 4096
+        protocols[0].tx_packet_size = 16 * 1024
         protocols[1].name = UnsafePointer(protocolNames[1])
         protocols[1].callback = clientCallback
         protocols[1].rx_buffer_size = 16 * 1024

@@ -649,14 +649,22 @@ public final class HTTPServer: @unchecked Sendable {
                 closeWith(wsi, code: 1009, reason: "message larger than \(limit) bytes")
                 return -1
             }
-            if let input, length > 0 {
-                conn.rx.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length))
+            let bytes = UnsafeRawBufferPointer(start: length > 0 ? input : nil, count: length > 0 ? length : 0)
+            guard lws_is_final_fragment(wsi) != 0 && lws_remaining_packet_payload(wsi) == 0 else {
+                conn.rx.append(contentsOf: bytes)
+                return 0
             }
-            if lws_is_final_fragment(wsi) != 0 && lws_remaining_packet_payload(wsi) == 0 {
-                let message = conn.rx
-                conn.rx.removeAll(keepingCapacity: conn.rx.capacity <= 64 * 1024)
-                handler?.webSocketReceived(conn.id, message: message, binary: lws_frame_is_binary(wsi) != 0)
+            // The message goes to the handler with its buffer: a connection keeps no buffer
+            // between messages (keeping one kept each its largest message's worth).
+            let message: [UInt8]
+            if conn.rx.isEmpty {
+                message = Array(bytes)
+            } else {
+                conn.rx.append(contentsOf: bytes)
+                message = conn.rx
+                conn.rx = []
             }
+            handler?.webSocketReceived(conn.id, message: message, binary: lws_frame_is_binary(wsi) != 0)
             return 0
 
         case LWS_CALLBACK_RECEIVE_PONG:
