@@ -51,13 +51,18 @@ held, all runs: {closed}.
 Memory per connection, Switchboard to the reference: **{ours / ref:.2f}×**.
 Targets: ≤ 8 KiB (8,192 bytes) per idle connection; ≥ 1,000 authenticated connects/s.
 
-Memory per connection is not met as measured here, and not understood yet: until 2026-12-03
-the connections came from `switchboard-bench idle` (libwebsockets' client, in Swift), and the
-server measured 7,292 bytes per connection; made by `bench/wsload.c`, the same server and the
-build before the keepalive change both measure about 21,000 (the row above, same run), so
-what changed is how the connections are made, not the server. Until it is explained, the
-keepalive change is shown to leave memory per connection unchanged (same run, same
-generator) and the absolute figure is an open question for the next session.
+Memory per connection: most of the 21 KB of the builds before 2026-12-06 was libwebsockets'
+receive buffer, which it allocates for every open WebSocket at the size the protocol asks for:
+16 KiB then (`heaptrack`, 3,000 idle connections: 36 MB of a 45 MB heap, 16.4 KB each). It is
+4 KiB now, what libwebsockets reads from a socket at once anyway (a larger message arrives in
+pieces, which the server joins; sends keep their 16 KiB cap), and memory per idle connection
+fell to the first row's (the second row is the build before, same run). Pipelined relay, the
+two builds alternating three times: 166-169k signals/s before, 174-176k after, with 3-5% less
+server CPU. The generator was not the cause, as this section said before: on the build before,
+5,000 connections from `bench/wsload.c` and from `switchboard-bench idle` measure 20,936 and
+20,981 bytes each (by hand, 2026-12-06). The 7,292 bytes measured on 2026-12-03, with the same
+16 KiB buffer, stay unexplained: a buffer's pages count only once written, and how many are
+depends on what the heap reused.
 
 Not measured: 50,000 connections. This machine's hard limit is 20,000 open files per
 process (raising it needs a capability the sandbox does not give), and one client address has
