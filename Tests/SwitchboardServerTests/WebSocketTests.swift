@@ -197,6 +197,28 @@ import SwitchboardSupport
         calm.socket.close()
     }
 
+    /// A flood the server hears (unsolicited pongs: each counts as the peer's sign of life, so
+    /// the connection is never silent and no ping falls due) is counted too, at least once a
+    /// ping interval, and dropped.
+    @Test func aFloodThatIsNeverSilentIsDroppedByTheReceiveRateLimit() async throws {
+        let server = try TestServer {
+            $0.limits.pingIntervalSeconds = 1
+            $0.limits.maxReceiveBytesPerSecond = 64 * 1024
+        }
+        defer { server.stop() }
+        let socket = try RawSocket(port: server.server.port)
+        defer { socket.close() }
+        try socket.requestUpgrade(token: server.token())
+        #expect(try await socket.readHandshakeResponse().hasPrefix("HTTP/1.1 101"))
+        let (elapsed, sent) = try await socket.floodPings(for: .seconds(10), opcode: 0xA)
+        #expect(elapsed < .seconds(10), "the flood was still accepted after 10 s (\(sent) bytes)")
+        try await within(.seconds(5), "the server to count the drop") {
+            while server.server.metrics.counter("switchboard_disconnects_total", ["reason": "receive_rate"]) < 1 {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+    }
+
     /// An identity that keeps reconnecting (a flooder cut off again and again) is refused
     /// before the upgrade once it has used its connects; other identities are not.
     /// Covers: limit:connects_per_identity_per_minute
@@ -557,8 +579,8 @@ final class RawSocket: @unchecked Sendable {  // one fd, used by one thread at a
 
     /// Sends masked pings (1,000 of 4 bytes per write: 10 KB) for `duration` or until the
     /// server stops taking them, on a thread of its own; returns how long and how many bytes.
-    func floodPings(for duration: Duration) async throws -> (elapsed: Duration, bytes: Int) {
-        let ping: [UInt8] = [0x89, 0x84, 1, 2, 3, 4, 0x71, 0x6F, 0x70, 0x6D]
+    func floodPings(for duration: Duration, opcode: UInt8 = 0x9) async throws -> (elapsed: Duration, bytes: Int) {
+        let ping: [UInt8] = [0x80 | opcode, 0x84, 1, 2, 3, 4, 0x71, 0x6F, 0x70, 0x6D]
         let batch = Array((0..<1000).map { _ in ping }.joined())
         return try await offThePool {
             let started = ContinuousClock.now
