@@ -154,8 +154,10 @@ extension Hub {
             reply(.error(id: request.id, error.body), to: session)
             return
         }
-        reply(.ok(id: request.id, data: nil), to: session)
+        // The signal first: frames leave in the order they were queued, and the recipient
+        // waits for it, the sender for nothing but its `ok`.
         deliverSignal(room: request.room, from: session.peerID, to: recipient, signal: request.signal)
+        reply(.ok(id: request.id, data: nil), to: session)
     }
 
     /// Delivers a signal's bytes, spliced into the event as they came.
