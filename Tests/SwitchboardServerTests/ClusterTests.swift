@@ -88,6 +88,14 @@ final class TestCluster: Sendable {
         return AccessTokenVerifier.sign(claims, secret: app.apiSecret)
     }
 
+    /// A REST request to node `number` with the app's credentials.
+    func rest(_ method: String, _ path: String, node number: Int, body: JSONValue? = nil) async throws -> HTTPClientResponse {
+        let credentials = "Basic " + Data("\(app.apiKey):\(app.apiSecret)".utf8).base64EncodedString()
+        return try await HTTPClient.request(
+            method, "http://127.0.0.1:\(port(number))" + path, headers: [("Authorization", credentials), ("Content-Type", "application/json")],
+            body: body.map { JSONText.serialize($0) })
+    }
+
     /// The resume token of a client's session, from the welcome `connect` kept.
     func welcomeToken(of client: TestClient) async throws -> String? {
         client.welcome.withLock { $0 }?["resume_token"]?.stringValue
@@ -764,13 +772,7 @@ struct ClusterTests {
         let cluster = try TestCluster()
         defer { cluster.stop() }
         for node in 1...2 { try await cluster.start(node) }
-        let credentials = "Basic " + Data("\(cluster.app.apiKey):\(cluster.app.apiSecret)".utf8).base64EncodedString()
-        func rest(_ method: String, _ path: String, node: Int, body: JSONValue? = nil) async throws -> HTTPClientResponse {
-            try await HTTPClient.request(
-                method, "http://127.0.0.1:\(cluster.port(node))" + path, headers: [("Authorization", credentials), ("Content-Type", "application/json")],
-                body: body.map { JSONText.serialize($0) })
-        }
-        let created = try await rest("POST", "/v1/rooms", node: 1, body: [:])
+        let created = try await cluster.rest("POST", "/v1/rooms", node: 1, body: [:])
         #expect(created.status == 201, "\(created.text)")
         let name = try #require(try JSONDecoder().decode(JSONValue.self, from: Data(created.body))["name"]?.stringValue)
         let bob = try await cluster.connect("bob", device: "b", node: 2)
@@ -778,16 +780,47 @@ struct ClusterTests {
         let peer = try #require(joined.data?["peer_id"]?.stringValue, "\(joined)")
         #expect(try cluster.redis.command(["GET", "sb:room:\(cluster.app.id):\(name)"])?.text == "node-1")
 
-        let shown = try JSONDecoder().decode(JSONValue.self, from: Data(try await rest("GET", "/v1/rooms/\(name)", node: 2).body))
+        let shown = try JSONDecoder().decode(JSONValue.self, from: Data(try await cluster.rest("GET", "/v1/rooms/\(name)", node: 2).body))
         #expect(entries(shown["peers"]).compactMap { $0["peer_id"]?.stringValue } == [peer], "\(shown)")
-        #expect(try await rest("POST", "/v1/rooms/\(name)/data", node: 2, body: ["data": ["text": "from the server"]]).status == 204)
+        #expect(try await cluster.rest("POST", "/v1/rooms/\(name)/data", node: 2, body: ["data": ["text": "from the server"]]).status == 204)
         #expect(try await event(bob, "room.data").data?["data"] == ["text": "from the server"])
-        let listed = try JSONDecoder().decode(JSONValue.self, from: Data(try await rest("GET", "/v1/rooms", node: 2).body))
+        let listed = try JSONDecoder().decode(JSONValue.self, from: Data(try await cluster.rest("GET", "/v1/rooms", node: 2).body))
         #expect(entries(listed["rooms"]).compactMap { $0["name"]?.stringValue } == [name], "\(listed)")
-        #expect(try await rest("DELETE", "/v1/rooms/\(name)/peers/\(peer)", node: 2).status == 204)
+        #expect(try await cluster.rest("DELETE", "/v1/rooms/\(name)/peers/\(peer)", node: 2).status == 204)
         #expect(try await event(bob, "room.closed").data?["reason"] == "kicked")
-        #expect(try await rest("DELETE", "/v1/rooms/\(name)", node: 2).status == 204)
-        #expect(try await rest("GET", "/v1/rooms/\(name)", node: 1).status == 404)
+        #expect(try await cluster.rest("DELETE", "/v1/rooms/\(name)", node: 2).status == 204)
+        #expect(try await cluster.rest("GET", "/v1/rooms/\(name)", node: 1).status == 404)
+    }
+
+    /// `max_rooms_per_app` counts the app's rooms on every node: rooms made on two nodes count
+    /// together, whether a join or a REST request makes them, and a room that closes no longer
+    /// counts.
+    /// Covers: limit:max_rooms_per_app
+    @Test func theRoomLimitHoldsAcrossNodes() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--max-rooms-per-app", "2"]) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        func join(_ client: TestClient, _ room: String) async throws -> Envelope {
+            try await client.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room))
+        }
+        #expect(try await join(alice, "one").type == MessageType.ok)
+        #expect(try await join(bob, "two").type == MessageType.ok)
+        // One room on each node, two for the app: no third on either node, by join or by REST.
+        #expect(try await join(alice, "three").error?.code == .rateLimited)
+        #expect(try await join(bob, "three").error?.code == .rateLimited)
+        let created = try await cluster.rest("POST", "/v1/rooms", node: 2, body: [:])
+        #expect(created.status == 429, "\(created.text)")
+        // A room that exists is joined through any node.
+        #expect(try await join(bob, "one").type == MessageType.ok)
+        // "two" closes (deleted through the other node): a new room may be made.
+        #expect(try await cluster.rest("DELETE", "/v1/rooms/two", node: 1).status == 204)
+        #expect(try await join(alice, "three").type == MessageType.ok)
+        #expect(try cluster.redis.command(["ZCARD", "sb:rooms:\(cluster.app.id)"])?.integer == 2)
+        // Past a lease, the rooms still count: their node renews them.
+        try await Task.sleep(for: .seconds(cluster.lease + 1))
+        #expect(try await join(bob, "four").error?.code == .rateLimited)
     }
 
     /// Presence stays right when a node dies: a callee whose only session was on a node

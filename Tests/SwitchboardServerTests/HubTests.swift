@@ -173,7 +173,7 @@ final class HubHarness {
 
     @Test func anEmptyRoomClosesAtItsEmptyTimeout() throws {
         let h = try HubHarness()
-        _ = try h.hub.createRoom(app: h.app, name: "standup", request: CreateRoomRequest(emptyTimeoutSeconds: 5))
+        _ = try h.hub.createRoomHere(app: h.app, name: "standup", request: CreateRoomRequest(emptyTimeoutSeconds: 5))
         let alice = h.connect("alice")
         h.send(alice, MessageType.roomJoin, ["room": "standup"])
         h.send(alice, MessageType.roomLeave, ["room": "standup"])

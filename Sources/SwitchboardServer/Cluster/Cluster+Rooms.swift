@@ -7,7 +7,8 @@ import SwitchboardSupport
 extension Cluster {
     /// Which node runs room `key`, making it this node's when none does (an ordinary room; a
     /// call's room runs where its call does: nil when no node runs the call). Nil when Redis
-    /// did not answer.
+    /// did not answer; `Self.appFull` when making it would pass `max_rooms_per_app` across the
+    /// nodes.
     /// `claim` false: only where it runs (nil: nowhere).
     func locateRoom(appID: String, name: String, callID: String?, claim makeIt: Bool = true, then: @escaping (String?) -> Void) {
         guard let commands, commands.isConnected else { return then(nil) }
@@ -19,13 +20,43 @@ extension Cluster {
             commands.send(["GET", Self.callKey(callID)]) { result in then((try? result.get())?.text) }
             return
         }
-        let claim = """
-            local v = redis.call('get', KEYS[1])
-            if v == false then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end
-            return v
-            """
-        commands.send(["EVAL", claim, "1", Self.roomKey(appID: appID, name: name), nodeID, String(roomLease.milliseconds)]) { result in
+        claimRoom(appID: appID, name: name, then: then)
+    }
+
+    /// The node an app's room already runs on, or this node, which now runs it, when the app's
+    /// rooms across the nodes (those whose lease has not run out) are fewer than
+    /// `max_rooms_per_app`; `Self.appFull` when they are not. Nil when Redis did not answer.
+    func claimRoom(appID: String, name: String, then: @escaping (String?) -> Void) {
+        guard let commands, commands.isConnected else { return then(nil) }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        commands.send([
+            "EVAL", Self.claimScript, "2", Self.roomKey(appID: appID, name: name), Self.appRoomsKey(appID), nodeID, String(roomLease.milliseconds),
+            String(now), String(maxRoomsPerApp), name,
+        ]) { result in
             then((try? result.get())?.text)
+        }
+    }
+
+    /// What `claimRoom` answers when the app has `max_rooms_per_app` rooms already.
+    static let appFull = ""
+
+    static let claimScript = """
+        local v = redis.call('get', KEYS[1])
+        if v ~= false then return v end
+        redis.call('zremrangebyscore', KEYS[2], '-inf', ARGV[3])
+        if redis.call('zscore', KEYS[2], ARGV[5]) == false and redis.call('zcard', KEYS[2]) >= tonumber(ARGV[4]) then return '' end
+        redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        redis.call('zadd', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), ARGV[5])
+        redis.call('pexpire', KEYS[2], ARGV[2])
+        return ARGV[1]
+        """
+
+    /// The ordinary rooms this node runs count for their apps a lease longer (with `holdRoom`).
+    func countRooms(_ names: [String: [String]]) {
+        let until = String(Int64(Date().timeIntervalSince1970 * 1000) + roomLease.milliseconds)
+        for (appID, rooms) in names where !rooms.isEmpty {
+            commands?.sendIgnoringReply([Array("ZADD".utf8), Array(Self.appRoomsKey(appID).utf8)] + rooms.flatMap { [Array(until.utf8), Array($0.utf8)] })
+            commands?.sendIgnoringReply(["PEXPIRE", Self.appRoomsKey(appID), String(roomLease.milliseconds)].map { Array($0.utf8) })
         }
     }
 
@@ -37,8 +68,12 @@ extension Cluster {
         }
     }
 
-    /// The room closed here: its key goes (when still this node's).
+    /// The room closed here: its key goes (when still this node's), and it no longer counts
+    /// for its app.
     func releaseRoom(appID: String, name: String) {
-        commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.roomKey(appID: appID, name: name), nodeID]) { _ in }
+        let release = """
+            if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('zrem', KEYS[2], ARGV[2]) return redis.call('del', KEYS[1]) end return 0
+            """
+        commands?.send(["EVAL", release, "2", Self.roomKey(appID: appID, name: name), Self.appRoomsKey(appID), nodeID, name]) { _ in }
     }
 }

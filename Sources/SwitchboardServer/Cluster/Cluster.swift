@@ -28,6 +28,8 @@ package final class Cluster: @unchecked Sendable {
     private let forwardTimeout: Duration
     /// How long a room's key lasts unless its node renews it (with its calls').
     let roomLease: Duration
+    /// `max_rooms_per_app`, counted across the nodes (`sb:rooms:<app>`).
+    let maxRoomsPerApp: Int
     /// Commands and publishes (`Cluster+Calls`, `Cluster+Rooms` send theirs here too).
     private(set) var commands: RedisConnection?
     private var subscriber: RedisConnection?
@@ -56,6 +58,7 @@ package final class Cluster: @unchecked Sendable {
         nodeTimeout = .seconds(limits.nodeTimeoutSeconds)
         forwardTimeout = .milliseconds(limits.clusterForwardTimeoutMillis)
         roomLease = .seconds(limits.callLeaseSeconds)
+        maxRoomsPerApp = limits.maxRoomsPerApp
     }
 
     // MARK: Keys and channels
@@ -68,6 +71,8 @@ package final class Cluster: @unchecked Sendable {
     static func callKey(_ callID: String) -> String { "sb:call:" + callID }
     static func busyKey(appID: String, identity: String) -> String { "sb:busy:" + appID + ":" + identity }
     static func roomKey(appID: String, name: String) -> String { "sb:room:" + appID + ":" + name }
+    /// An app's ordinary rooms across the nodes: each name scored with when its lease runs out.
+    static func appRoomsKey(_ appID: String) -> String { "sb:rooms:" + appID }
 
     /// Sets a key to this node's value when it is this node's or nobody's; answers 1 when it
     /// did, 0 when another holds it.

@@ -21,6 +21,8 @@ extension Hub {
                 answer(.failure(Self.callRoomRefusal(key.name)))
             case nil:
                 answer(.failure(ErrorBody(.unavailable, "the cluster cannot say where room '\(key.name)' runs; retry in a second")))
+            case Cluster.appFull?:
+                answer(.failure(RoomError.tooManyRooms(limit: cluster.maxRoomsPerApp).body))
             case cluster.nodeID?:
                 do throws(ErrorBody) {
                     let joined = try joinHere(key, joiner)
@@ -150,7 +152,12 @@ extension Hub {
     /// `node_lost`: they join again, and the room is made again on a live node).
     func keepClusterRooms() {
         guard let cluster else { return }
-        for room in rooms.rooms.values where room.call == nil { cluster.holdRoom(appID: room.key.appID, name: room.key.name) }
+        var counted: [String: [String]] = [:]
+        for room in rooms.rooms.values where room.call == nil {
+            cluster.holdRoom(appID: room.key.appID, name: room.key.name)
+            counted[room.key.appID, default: []].append(room.key.name)
+        }
+        cluster.countRooms(counted)
         let nodes = Set(remoteMembers.values).union(roomHomes.values)
         guard !nodes.isEmpty else { return }
         cluster.alive(nodes) { [weak self] living in

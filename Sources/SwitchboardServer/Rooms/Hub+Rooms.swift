@@ -184,7 +184,28 @@ extension Hub {
 
     // MARK: Admin (REST)
 
-    func createRoom(app: App, name: String, request: CreateRoomRequest) throws(ErrorBody) -> RoomInfo {
+    /// Makes a room here; in a cluster, once Redis has counted it for the app across the nodes
+    /// (`max_rooms_per_app`) and made it this node's.
+    func createRoom(app: App, name: String, request: CreateRoomRequest, answer: @escaping (Result<RoomInfo, ErrorBody>) -> Void) {
+        func createHere() -> Result<RoomInfo, ErrorBody> {
+            do throws(ErrorBody) { return .success(try createRoomHere(app: app, name: name, request: request)) } catch { return .failure(error) }
+        }
+        guard let cluster else { return answer(createHere()) }
+        cluster.claimRoom(appID: app.id, name: name) { home in
+            switch home {
+            case nil: answer(.failure(ErrorBody(.unavailable, "the cluster cannot count the app's rooms; retry in a second")))
+            case Cluster.appFull?: answer(.failure(RoomError.tooManyRooms(limit: cluster.maxRoomsPerApp).body))
+            case cluster.nodeID?:
+                let created = createHere()
+                if case .failure = created { cluster.releaseRoom(appID: app.id, name: name) }
+                answer(created)
+            case _?: answer(.failure(ErrorBody(.conflict, "room '\(name)' exists")))
+            }
+        }
+    }
+
+    /// Makes a room on this node (what `createRoom` does once the cluster, if any, agreed).
+    func createRoomHere(app: App, name: String, request: CreateRoomRequest) throws(ErrorBody) -> RoomInfo {
         let key = RoomKey(appID: app.id, name: name)
         let timeout = request.emptyTimeoutSeconds.map { Duration.seconds($0) }
         do {

@@ -101,6 +101,14 @@ extension Gateway {
         if Hub.isCallRoomName(name) { throw ErrorBody(.badRequest, "room names starting with call- are reserved for calls' rooms") }
         if let metadata = body.metadata { try hub.checkSize(metadata, what: "metadata") }
         if case .user(let claims, let app) = requester { try hub.admitRoomCreation(appID: app.id, identity: claims.sub) }
-        return .now(encoded(201, try hub.createRoom(app: requester.app, name: name, request: body)))
+        let app = requester.app
+        return .later { [self] reply in
+            hub.createRoom(app: app, name: name, request: body) { [self] result in
+                switch result {
+                case .success(let room): reply(encoded(201, room))
+                case .failure(let error): reply(failure(error))
+                }
+            }
+        }
     }
 }
