@@ -649,7 +649,7 @@ public final class HTTPServer: @unchecked Sendable {
                 closeWith(wsi, code: 1009, reason: "message larger than \(limit) bytes")
                 return -1
             }
-            let bytes = UnsafeRawBufferPointer(start: length > 0 ? input : nil, count: length > 0 ? length : 0)
+            let bytes = input.map { UnsafeRawBufferPointer(start: $0, count: max(0, length)) } ?? UnsafeRawBufferPointer(start: nil, count: 0)
             guard lws_is_final_fragment(wsi) != 0 && lws_remaining_packet_payload(wsi) == 0 else {
                 conn.rx.append(contentsOf: bytes)
                 return 0
