@@ -51,7 +51,12 @@ it (steal): Switchboard {each('switchboard')}; the reference {each('websockets')
 The ceiling keeps as many messages in flight ({int(pairs) * int(window)}) on as many connections,
 one each, so that it pays one read and one write per message, as a relay does per frame; with
 {window} messages pipelined per connection the echo coalesces them into one system call per
-{int(window) * 300:,} bytes and is no longer a per-message figure.
+{int(window) * 300:,} bytes and is no longer a per-message figure. It bounds a relay that pays
+a system call per frame, not one that reads several frames at once and writes each connection's
+queued frames together, as Switchboard does with its pipelined senders: on 2026-12-06 the echo
+made 104-121k round trips/s, and Switchboard relayed more signals than that (on 2026-12-04, on
+another host, the echo made 131-235k and Switchboard 113-119k). A share above 100% says that
+this host's system calls cost more than its relay's other work, not that the relay beat a limit.
 
 What profiling the server (`perf record -g` on the relay run) found and what each change bought,
 in signals/s on this machine: the first measurement gave 14,527, with Foundation's `JSONDecoder`
