@@ -211,6 +211,25 @@ func basicAuth(_ app: App) -> (String, String) {
         try await bob.client.expectSilence()
     }
 
+    /// A signal larger than the server's receive buffer (4 KiB: a video call's SDP offer runs to
+    /// several) arrives in pieces and is relayed whole, in order with the small ones around it.
+    @Test func aSignalLargerThanTheReceiveBufferIsRelayedWhole() async throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let (alice, bob) = try await Peer.pair(in: "call", on: server)
+        let lines = (0..<300).map { "a=candidate:\($0) 1 udp 2122260223 192.0.2.\($0 % 250) \(50_000 + $0) typ host é\u{1F4DE}\r\n" }
+        let big: JSONValue = ["type": "offer", "sdp": .string("v=0\r\n" + lines.joined())]
+        #expect(JSONText.serialize(big).count > 3 * 4096)
+        let signals: [JSONValue] = [["n": 1], big, ["n": 3]]
+        for signal in signals {
+            let sent = try await alice.client.request(MessageType.signal, encoding: SignalRequest(room: "call", to: bob.peerID, signal: signal))
+            #expect(sent.type == MessageType.ok)
+        }
+        for signal in signals {
+            #expect(try await bob.event().data?["signal"] == signal)
+        }
+    }
+
     @Test func dataGoesToOnePeerOrToAllOthers() async throws {
         let server = try TestServer { $0.limits.maxDataBytes = 1024 }
         defer { server.stop() }
