@@ -10,7 +10,7 @@ extension Cluster {
     /// did not answer; `Self.appFull` when making it would pass `max_rooms_per_app` across the
     /// nodes.
     /// `claim` false: only where it runs (nil: nowhere).
-    func locateRoom(appID: String, name: String, callID: String?, claim makeIt: Bool = true, then: @escaping (String?) -> Void) {
+    func locateRoom(appID: String, name: String, callID: String?, claim makeIt: Bool = true, nowMillis: Int64, then: @escaping (String?) -> Void) {
         guard let commands, commands.isConnected else { return then(nil) }
         if !makeIt {
             commands.send(["GET", callID.map(Self.callKey) ?? Self.roomKey(appID: appID, name: name)]) { result in then((try? result.get())?.text) }
@@ -20,18 +20,17 @@ extension Cluster {
             commands.send(["GET", Self.callKey(callID)]) { result in then((try? result.get())?.text) }
             return
         }
-        claimRoom(appID: appID, name: name, then: then)
+        claimRoom(appID: appID, name: name, nowMillis: nowMillis, then: then)
     }
 
     /// The node an app's room already runs on, or this node, which now runs it, when the app's
     /// rooms across the nodes (those whose lease has not run out) are fewer than
     /// `max_rooms_per_app`; `Self.appFull` when they are not. Nil when Redis did not answer.
-    func claimRoom(appID: String, name: String, then: @escaping (String?) -> Void) {
+    func claimRoom(appID: String, name: String, nowMillis: Int64, then: @escaping (String?) -> Void) {
         guard let commands, commands.isConnected else { return then(nil) }
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
         commands.send([
             "EVAL", Self.claimScript, "2", Self.roomKey(appID: appID, name: name), Self.appRoomsKey(appID), nodeID, String(roomLease.milliseconds),
-            String(now), String(maxRoomsPerApp), name,
+            String(nowMillis), String(maxRoomsPerApp), name,
         ]) { result in
             then((try? result.get())?.text)
         }
@@ -52,8 +51,8 @@ extension Cluster {
         """
 
     /// The ordinary rooms this node runs count for their apps a lease longer (with `holdRoom`).
-    func countRooms(_ names: [String: [String]]) {
-        let until = String(Int64(Date().timeIntervalSince1970 * 1000) + roomLease.milliseconds)
+    func countRooms(_ names: [String: [String]], nowMillis: Int64) {
+        let until = String(nowMillis + roomLease.milliseconds)
         for (appID, rooms) in names where !rooms.isEmpty {
             commands?.sendIgnoringReply([Array("ZADD".utf8), Array(Self.appRoomsKey(appID).utf8)] + rooms.flatMap { [Array(until.utf8), Array($0.utf8)] })
             commands?.sendIgnoringReply(["PEXPIRE", Self.appRoomsKey(appID), String(roomLease.milliseconds)].map { Array($0.utf8) })

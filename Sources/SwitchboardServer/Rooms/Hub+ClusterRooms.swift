@@ -14,7 +14,7 @@ extension Hub {
     func joinElsewhere(_ key: RoomKey, _ joiner: Joiner, session: Session, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
         guard let cluster else { return }
         let callID = Self.isCallRoomName(key.name) ? String(key.name.dropFirst(5)) : nil
-        cluster.locateRoom(appID: key.appID, name: key.name, callID: callID) { [weak self, weak session] home in
+        cluster.locateRoom(appID: key.appID, name: key.name, callID: callID, nowMillis: wallMillis) { [weak self, weak session] home in
             guard let self, let session else { return }
             switch home {
             case nil where callID != nil:
@@ -157,7 +157,7 @@ extension Hub {
             cluster.holdRoom(appID: room.key.appID, name: room.key.name)
             counted[room.key.appID, default: []].append(room.key.name)
         }
-        cluster.countRooms(counted)
+        cluster.countRooms(counted, nowMillis: wallMillis)
         let nodes = Set(remoteMembers.values).union(roomHomes.values)
         guard !nodes.isEmpty else { return }
         cluster.alive(nodes) { [weak self] living in
@@ -196,7 +196,7 @@ extension Hub {
         let key = RoomKey(appID: appID, name: name)
         guard let cluster, rooms.room(key) == nil else { return answer(administerHere(operation, key)) }
         let callID = Self.isCallRoomName(name) ? String(name.dropFirst(5)) : nil
-        cluster.locateRoom(appID: appID, name: name, callID: callID, claim: false) { [weak self] home in
+        cluster.locateRoom(appID: appID, name: name, callID: callID, claim: false, nowMillis: wallMillis) { [weak self] home in
             guard let self else { return }
             guard let home, home != cluster.nodeID else { return answer(administerHere(operation, key)) }
             var body: [String: JSONValue] = ["app": .string(appID), "room": .string(name)]

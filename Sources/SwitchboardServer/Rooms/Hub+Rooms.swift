@@ -191,7 +191,7 @@ extension Hub {
             do throws(ErrorBody) { return .success(try createRoomHere(app: app, name: name, request: request)) } catch { return .failure(error) }
         }
         guard let cluster else { return answer(createHere()) }
-        cluster.claimRoom(appID: app.id, name: name) { home in
+        cluster.claimRoom(appID: app.id, name: name, nowMillis: wallMillis) { home in
             switch home {
             case nil: answer(.failure(ErrorBody(.unavailable, "the cluster cannot count the app's rooms; retry in a second")))
             case Cluster.appFull?: answer(.failure(RoomError.tooManyRooms(limit: cluster.maxRoomsPerApp).body))
