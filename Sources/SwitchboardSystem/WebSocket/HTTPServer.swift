@@ -649,21 +649,14 @@ public final class HTTPServer: @unchecked Sendable {
                 closeWith(wsi, code: 1009, reason: "message larger than \(limit) bytes")
                 return -1
             }
-            let bytes = input.map { UnsafeRawBufferPointer(start: $0, count: max(0, length)) } ?? UnsafeRawBufferPointer(start: nil, count: 0)
-            guard lws_is_final_fragment(wsi) != 0 && lws_remaining_packet_payload(wsi) == 0 else {
-                conn.rx.append(contentsOf: bytes)
-                return 0
+            if let input, length > 0 {
+                conn.rx.append(contentsOf: UnsafeRawBufferPointer(start: input, count: length))
             }
+            guard lws_is_final_fragment(wsi) != 0 && lws_remaining_packet_payload(wsi) == 0 else { return 0 }
             // The message goes to the handler with its buffer: a connection keeps no buffer
             // between messages (keeping one kept each its largest message's worth).
-            let message: [UInt8]
-            if conn.rx.isEmpty {
-                message = Array(bytes)
-            } else {
-                conn.rx.append(contentsOf: bytes)
-                message = conn.rx
-                conn.rx = []
-            }
+            let message = conn.rx
+            conn.rx = []
             handler?.webSocketReceived(conn.id, message: message, binary: lws_frame_is_binary(wsi) != 0)
             return 0
 
