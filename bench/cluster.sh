@@ -5,6 +5,7 @@ store="${SWITCHBOARD_TEST_POSTGRES_URL:?make bench runs under scripts/with-postg
 cluster_rate="${CLUSTER_RATE:-4000}"
 cluster_pairs="${CLUSTER_PAIRS:-20}"
 cluster_messages=$((cluster_rate * ${CLUSTER_SECONDS:-10}))
+cluster_pipelined_messages="${CLUSTER_PIPELINED_MESSAGES:-400000}"
 # CLUSTER_PARTS=setup,takeover runs only those parts (relay, connects, setup, takeover) and
 # prints their JSON lines; BENCHMARKS.md is written only from a run of every part.
 part() { [ -z "${CLUSTER_PARTS:-}" ] || [[ ",${CLUSTER_PARTS}," == *",$1,"* ]]; }
@@ -26,13 +27,17 @@ start_node() {  # start_node NAME [SERVE_ARGS...]: a node on core 0 on the share
   until curl -sf "http://127.0.0.1:$node_port/readyz" >/dev/null; do sleep 0.05; done
 }
 
-cluster_relay() {  # cluster_relay NAME SENDER_PORT RECEIVER_PORT PIDS...: the paced relay (bench/wsload.c) from core 1; CPU of PIDS
+cluster_relay() {  # cluster_relay NAME SENDER_PORT RECEIVER_PORT PIDS...: the relay (bench/wsload.c) from core 1; CPU of PIDS
+  # Paced at $cluster_rate, or, for a NAME ending in -pipelined, as fast as it goes with 20
+  # signals in flight per pair (as in the relay section).
   local name=$1 sender=$2 receiver=$3; shift 3
+  local load=(--messages "$cluster_messages" --rate "$cluster_rate")
+  [[ "$name" == *-pipelined ]] && load=(--messages "$cluster_pipelined_messages" --refill-on-delivery)
   local before=0 after=0 pid
   for pid in "$@"; do before=$((before + $(cpu_ticks "$pid"))); done
   local start_steal; start_steal=$(steal_ticks)
   taskset -c 1 "$out/wsload" relay --port "$sender" --receiver-port "$receiver" --key "$cluster_key" \
-    --secret "$cluster_secret" --pairs "$cluster_pairs" --messages "$cluster_messages" --rate "$cluster_rate" >"$out/cluster-result"
+    --secret "$cluster_secret" --pairs "$cluster_pairs" "${load[@]}" >"$out/cluster-result"
   for pid in "$@"; do after=$((after + $(cpu_ticks "$pid"))); done
   local end_steal; end_steal=$(steal_ticks)
   python3 bench/run_row.py "$name" "$out/cluster-result" --server-ticks "$((after - before))" \
@@ -45,6 +50,7 @@ if part relay; then for run in $(seq 1 "$runs"); do
   start_node "single-$run"
   single=$node_pid
   cluster_relay one-node "$node_port" "$node_port" "$single"
+  cluster_relay one-node-pipelined "$node_port" "$node_port" "$single"
   stop "$single"
 
   # Two nodes: each room runs on the receivers' node; every signal crosses from the sender's
@@ -54,6 +60,7 @@ if part relay; then for run in $(seq 1 "$runs"); do
   start_node "b-$run" "${cluster_args[@]}" --node-id "bench-b-$run"
   node_b=$node_pid port_b=$node_port
   cluster_relay two-nodes "$port_a" "$port_b" "$node_a" "$node_b" "$redis_pid"
+  cluster_relay two-nodes-pipelined "$port_a" "$port_b" "$node_a" "$node_b" "$redis_pid"
   stop "$node_a" "$node_b"
 done; fi
 
@@ -142,4 +149,4 @@ done; fi
 
 stop "$redis_pid"
 cat "$out/cluster.jsonl"
-[ -n "${CLUSTER_PARTS:-}" ] || write_section "## Cluster:" cluster_report.py "$out/cluster.jsonl" "$runs" "$cluster_rate" "$cluster_pairs" "$cluster_messages" "$setup_rate"
+[ -n "${CLUSTER_PARTS:-}" ] || write_section "## Cluster:" cluster_report.py "$out/cluster.jsonl" "$runs" "$cluster_rate" "$cluster_pairs" "$cluster_messages" "$setup_rate" "$cluster_pipelined_messages"

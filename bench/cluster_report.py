@@ -1,7 +1,8 @@
 """The cluster section of BENCHMARKS.md on stdout, from the runs' JSON lines (bench/cluster.sh:
-the paced relay runs and the connect runs, each via bench/run_row.py).
+the relay runs, paced and pipelined, the connect, setup and takeover runs, each via
+bench/run_row.py).
 
-    cluster_report.py RUNS_JSONL RUNS RATE PAIRS MESSAGES [SETUP_RATE]
+    cluster_report.py RUNS_JSONL RUNS RATE PAIRS MESSAGES SETUP_RATE PIPELINED_MESSAGES
 """
 
 import sys
@@ -11,7 +12,7 @@ from benchlib import measured, pick, read_jsonl
 
 rows = read_jsonl(sys.argv[1])
 runs, rate, pairs, messages = sys.argv[2:6]
-setup_rate = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+setup_rate, pipelined_messages = int(sys.argv[6]), int(sys.argv[7])
 
 
 def per_signal(name):
@@ -28,6 +29,7 @@ def each(name):
 
 
 one, two = per_signal("one-node"), per_signal("two-nodes")
+pipelined_one, pipelined_two = per_signal("one-node-pipelined"), per_signal("two-nodes-pipelined")
 straight, balanced = median("connects-straight", "connects_per_second"), median("connects-haproxy", "connects_per_second")
 connect_runs = ", ".join(
     f"{a['connects_per_second']:,.0f} / {b['connects_per_second']:,.0f}"
@@ -133,24 +135,44 @@ share of the machine's time stolen by other guests: one node {each('one-node')};
 {each('two-nodes')}. The latencies share one core among two nodes and Redis (the cluster's
 processes compete for core 0); they are shown for the order of magnitude, not as a result.
 
-Where the two nodes' CPU goes (by hand on 2026-12-04, each process's CPU and `perf`): of a
-signal's cost across nodes, node A (the sender's) takes about 45%, node B 35%, Redis 20%.
-Two causes were found and fixed that day. Node B found the payload in each message with
-Foundation's generic `firstRange(of:)`, a third of its CPU; a byte loop now. And each `PUBLISH`
-waited for the next turn of A's loop to be written, after asking epoll to watch the socket for
-writing and then not to (two `epoll_ctl` calls and a wakeup per signal); commands are now
-written when the turn that sent them ends, several in one system call when a turn sends
-several. Together, in runs of both builds minutes apart, the three processes' CPU for the
-same 40,000 signals went from 4.9-5.0 s to 3.9-4.1 s (-17 to -22%); the ratio in the table moved less because the
-one-node figure, on a host faster that day, fell too. What is left is mostly system calls,
-and the path sets their number: on one node a signal is one read and two writes (the relay
-and the `ok`) in one process; across nodes it is four reads and five writes in three
-processes (A reads the signal and Redis's reply to the `PUBLISH`, writes the `ok` and the
-`PUBLISH`; Redis reads it and writes the message and the reply; B reads the message and
-writes the relay), and on loopback each write also pays for the receiving side's TCP. That
-alone is some 2.5-3× one node's kernel work, so the 2× goal is not reachable on this path
-without batching several signals per system call (which paced, one-at-a-time traffic does
-not allow) or a path without the broker.
+**As fast as it goes.** The same pairs, nodes and cores, each sender keeping 20 signals in
+flight and sending one more each time its receiver gets one (`--refill-on-delivery`: across
+nodes the `ok` comes before the signal has crossed, so refilling on `ok` would queue signals
+in Redis without bound), {pipelined_messages:,} signals per run. Each process's loop then reads
+and writes several messages per system call.
+
+| members | signals/s | server CPU per signal |
+|---|---|---|
+| on one node | {median('one-node-pipelined', 'messages_per_second'):,.0f} | {pipelined_one:.1f} µs |
+| on two nodes (A, B and Redis) | {median('two-nodes-pipelined', 'messages_per_second'):,.0f} | {pipelined_two:.1f} µs |
+
+Ratio, two nodes to one: **{pipelined_two / pipelined_one:.2f}×** (goal ≤ 2×). Each run: one node
+{each('one-node-pipelined')}; two nodes {each('two-nodes-pipelined')}. The cluster's three
+processes share core 0, so its signals per second are bounded by one core for all three.
+
+Where the cluster's CPU goes. By hand on 2026-12-04 (each process's CPU and `perf`), of a
+signal's cost across nodes node A (the sender's) took about 45%, node B 35%, Redis 20%, and
+two causes were fixed that day: node B found the payload in each message with Foundation's
+generic `firstRange(of:)` (a third of its CPU; a byte loop now), and each `PUBLISH` waited for
+the next turn of A's loop, with two `epoll_ctl` calls a signal (commands are now written when
+the turn that sent them ends). On 2026-12-06 three more: node B built a tree of each Redis
+message and parsed its fields with the general JSON parser (a fifth of its CPU in the parser,
+a quarter in `malloc`/`free`); it now reads the message in hiredis' reply where it lies and its
+fields with simdjson, as it reads a client's signal. And each `PUBLISH` had a reply for Redis
+to write and node A to read, which nobody used: Redis is now told to leave it out
+(`CLIENT REPLY SKIP`, written with the `PUBLISH`). In alternating runs of the build before
+and after (three of each, twice), the three processes' CPU for 400,000 pipelined signals went
+from 6.2-6.5 s to 4.5-4.6 s (-28%: node B from 3.4 s to 1.8 s, node A from 2.5 s to 2.2 s, while
+Redis rose from 0.38 s to 0.47 s, as it now runs two commands a signal, if writing no reply),
+and for 40,000 paced signals from 4.6-5.4 s to 4.0-4.1 s; the cluster section of 2026-12-04
+had the paced ratio at 3.25×. What is
+left is mostly system calls and the Swift runtime's reference counting: on one node a signal
+is one read and two writes (the relay and the `ok`) in one process; across nodes it is three
+reads and four writes in three processes (A reads the signal, writes the `ok` and the
+`PUBLISH`; Redis reads it and writes the message; B reads it and writes the relay), and on
+loopback each write also pays for the receiving side's TCP. By hand after these changes
+(400,000 signals pipelined, three runs), node A took 49% of the cluster's CPU, node B 41%,
+Redis 11%.
 
 **Connects per second through HAProxy.** Authenticated WebSocket connects (`switchboard-bench
 churn`, 64 at a time, each opening a session and closing) to one node of the cluster, straight

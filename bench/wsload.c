@@ -3,11 +3,14 @@
  * topped out near 47,000 signals/s, below the server). Masked frames, as a browser sends them.
  *
  *   wsload relay --port P [--receiver-port P2] --key K --secret S
- *                [--pairs 50] [--window 20] [--messages 200000] [--rate R]
+ *                [--pairs 50] [--window 20] [--messages 200000] [--rate R] [--refill-on-delivery]
  *
  * Pairs of users: each receiver joins a room of its own, then its sender joins it and sends
  * `signal`s of a 200-byte candidate to the receiver. Without --rate each sender keeps `window`
- * signals unanswered (one more for each `ok`); with --rate the signals go out paced, over all
+ * signals unanswered (one more for each `ok`), or with --refill-on-delivery `window` signals
+ * undelivered (one more for each its receiver gets: across the nodes of a cluster the `ok`
+ * comes before the signal has crossed, so only delivery bounds what is queued between them);
+ * with --rate the signals go out paced, over all
  * pairs, each stamped with its send time, and the receivers measure the delay. The receivers
  * connect to P2 when given (another node of a cluster: every signal crosses between nodes).
  * Prints {"messages_per_second", "delivered", "seconds", "pairs"[, "rate", "p50_us", "p99_us",
@@ -232,7 +235,7 @@ static void close_conn(conn_t *c) {
 
 /* ---- The relay ---- */
 
-static int pairs = 50, window = 20, rate = 0;
+static int pairs = 50, window = 20, rate = 0, refill_on_delivery = 0;
 static long total_messages = 200000, per_pair;
 static long delivered, paced_sent;
 static int joined, senders_ready;
@@ -283,7 +286,7 @@ static void pace(void) {
 
 static void sender_text(conn_t *c, const unsigned char *text, size_t length) {
     if (has_prefix(text, length, "{\"type\":\"ok\",\"id\":1")) {
-        if (!rate && c->sent < per_pair) send_signal(c);
+        if (!rate && !refill_on_delivery && c->sent < per_pair) send_signal(c);
     } else if (has_prefix(text, length, "{\"type\":\"ok\",\"id\":0")) {
         const char *peers = memmem(text, length, "\"peers\":[", 9);
         const char *found = peers ? memmem(peers, length - (size_t)(peers - (const char *)text), "\"peer_id\":\"", 11) : NULL;
@@ -312,9 +315,10 @@ static void sender_text(conn_t *c, const unsigned char *text, size_t length) {
 }
 
 static void receiver_text(conn_t *c, const unsigned char *text, size_t length) {
-    (void)c;
     if (has_prefix(text, length, "{\"type\":\"signal\"")) {
         delivered++;
+        conn_t *sender = &conns[c->index - 1];
+        if (refill_on_delivery && !rate && sender->frame && sender->sent < per_pair) send_signal(sender);
         if (rate) {
             const char *at = memmem(text, length, candidate_marker, sizeof candidate_marker - 1);
             if (at) {
@@ -570,6 +574,7 @@ int main(int argc, char **argv) {
         window = atoi(option(argc, argv, "--window", "20"));
         total_messages = atol(option(argc, argv, "--messages", "200000"));
         rate = atoi(option(argc, argv, "--rate", "0"));
+        for (int i = 2; i < argc; i++) refill_on_delivery |= strcmp(argv[i], "--refill-on-delivery") == 0;
         return relay(port, atoi(option(argc, argv, "--receiver-port", option(argc, argv, "--port", "0"))));
     }
     if (strcmp(argv[1], "idle") == 0)

@@ -19,6 +19,18 @@ static inline int sb_redis_failed(const redisAsyncContext *context) { return con
 static inline void sb_redis_set_data(redisAsyncContext *context, void *data) { context->data = data; }
 static inline void *sb_redis_data(const redisAsyncContext *context) { return context->data; }
 
+/* Appends a command whose reply Redis is told to leave out (`CLIENT REPLY SKIP` before it, which
+   has no reply either): no callback waits for it, so the replies of the connection's other
+   commands still meet theirs in order. Only where Redis takes `CLIENT REPLY`: hiredis aborts
+   on a reply no callback waits for. Written with the connection's next write. */
+static inline int sb_redis_append_skipping_reply(redisAsyncContext *context, int argc, const char **argv, const size_t *lengths) {
+    static const char skip[] = "*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n";
+    redisContext *c = &context->c;
+    if (c->flags & (REDIS_DISCONNECTING | REDIS_FREEING)) return REDIS_ERR;
+    if (redisAppendFormattedCommand(c, skip, sizeof skip - 1) != REDIS_OK) return REDIS_ERR;
+    return redisAppendCommandArgv(c, argc, argv, lengths);
+}
+
 static inline redisContext *sb_redis_connect_blocking(const char *host, int port, long milliseconds) {
     struct timeval timeout = { milliseconds / 1000, (milliseconds % 1000) * 1000 };
     redisContext *context = redisConnectWithTimeout(host, port, timeout);

@@ -60,3 +60,21 @@ int sb_signal_reader_read(sb_signal_reader *reader, const char *text, size_t len
     if (!last_member(dataObject, "signal", signal)) return 0;
     return 1;
 }
+
+int sb_node_signal_read(sb_signal_reader *reader, const char *text, size_t length, sb_node_signal_fields *fields) {
+    simdjson::dom::element root;
+    if (reader->parser.parse(text, length, true).get(root) != simdjson::SUCCESS) return -1;
+    simdjson::dom::object object;
+    if (root.get_object().get(object) != simdjson::SUCCESS) return 0;
+    simdjson::dom::element k, op, from, app, room, peer, to, signal;
+    std::string_view kText, opText;
+    if (!last_member(object, "k", k) || k.get_string().get(kText) != simdjson::SUCCESS || kText != "tell") return 0;
+    if (!last_member(object, "op", op) || op.get_string().get(opText) != simdjson::SUCCESS || opText != "sig") return 0;
+    if (!last_member(object, "from", from) || !string_of(from, &fields->from, &fields->from_length)) return 0;
+    if (!last_member(object, "app", app) || !string_of(app, &fields->app, &fields->app_length)) return 0;
+    if (!last_member(object, "room", room) || !string_of(room, &fields->room, &fields->room_length)) return 0;
+    if (!last_member(object, "peer", peer) || !string_of(peer, &fields->peer, &fields->peer_length)) return 0;
+    if (!last_member(object, "to", to) || !string_of(to, &fields->to, &fields->to_length)) return 0;
+    if (!last_member(object, "signal", signal)) return 0;
+    return 1;
+}

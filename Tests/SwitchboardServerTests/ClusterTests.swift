@@ -669,6 +669,44 @@ struct ClusterTests {
         #expect(calls.compactMap { $0["call_id"]?.stringValue } == [callID])
     }
 
+    /// Redis closes a subscriber that falls behind (`client-output-buffer-limit pubsub`, here
+    /// made small enough for one large signal): what was published to the node then is lost,
+    /// as docs/scaling.md says, and the node says so (a warning,
+    /// `switchboard_cluster_redis_disconnects_total`), listens again by itself, and what is
+    /// published afterwards reaches its sessions.
+    @Test func aNodeWhoseSubscriptionRedisClosedSaysSoAndListensAgain() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        // The room runs on bob's node: alice's signals cross to node 2 through its channel.
+        let bobJoined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
+        let bobPeer = try #require(bobJoined.data?["peer_id"]?.stringValue)
+        #expect(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big")).type == MessageType.ok)
+        let large: JSONValue = ["sdp": .string(String(repeating: "a", count: 48_000))]
+        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
+        #expect(try await event(bob, MessageType.signal).data?["signal"] == large, "within Redis' default limit it crosses")
+
+        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 16kb 0 0"])
+        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
+        _ = try await cluster.node(2)?.waitFor(#/(lost the Redis subscription)/#, what: "node 2 to say it lost its subscription")
+        let metrics = try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(2))/metrics").text
+        #expect(metrics.contains(#"switchboard_cluster_redis_disconnects_total{connection="subscriber"} 1"#), "\(metrics)")
+        #expect(metrics.contains(#"switchboard_cluster_redis_disconnects_total{connection="commands"} 0"#))
+
+        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
+        try await within(.seconds(5), "node 2 to listen on its channel and bob's again") {
+            while try await offThePool({ try cluster.redis.command(["PUBSUB", "NUMSUB", "sb:n:node-2", "sb:u:\(cluster.app.id):bob"]) })?
+                .array?.compactMap(\.integer) != [1, 1]
+            {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: ["n": 2])).type == MessageType.ok)
+        #expect(try await event(bob, MessageType.signal).data?["signal"] == ["n": 2], "the next signal, not the lost one")
+    }
+
     /// PostgreSQL stopped during an answered call: `/readyz` says 503, the end of the call waits
     /// for its write (nobody hears of a state a node taking the call over would not know), no
     /// node takes the call over from its owner; once the database is back the end reaches
@@ -958,14 +996,17 @@ struct ClusterTests {
 /// client's strings hold (quotes, backslashes, the member's own name), the fields and the
 /// payload come back as they went.
 @Test func aSignalPassedToAnotherNodeIsSplitBackExactly() throws {
+    let reader = SignalReader()
     let payload = Array(#"{"type":"offer","sdp":"v=0\r\n a=\"signal\":x ,\"signal\":"}"#.utf8)
     for to in ["p_abc", #"x","signal":"y"#, #"\"#, "\u{0}\n\u{2028}", #",\"signal\":"#] {
         let message = Cluster.signalMessage(from: "node-1", appID: "app_1", room: "room-1", peer: "p_from", to: to, signal: payload[...])
-        let (fields, signal) = try #require(Cluster.splitSignal(message), "\(to)")
-        #expect(fields["to"]?.stringValue == to)
-        #expect(fields["peer"]?.stringValue == "p_from" && fields["room"]?.stringValue == "room-1" && fields["app"]?.stringValue == "app_1")
+        let (fields, signal) = try #require(Cluster.splitSignal(message, reader: reader), "\(to)")
+        #expect(fields == PassedSignalFields(from: "node-1", appID: "app_1", room: "room-1", peer: "p_from", to: to))
         #expect(Array(signal) == payload, "\(to)")
         #expect(JSONText.parse(message) != nil, "the message is JSON as a whole")
     }
-    #expect(Cluster.splitSignal(Array(#"{"k":"tell","op":"leave"}"#.utf8)) == nil)
+    #expect(Cluster.splitSignal(Array(#"{"k":"tell","op":"leave"}"#.utf8), reader: reader) == nil)
+    // Not JSON after all (a payload cut short): no signal, whatever the scan found.
+    let cut = Cluster.signalMessage(from: "node-1", appID: "app_1", room: "room-1", peer: "p_from", to: "p_to", signal: Array(#"{"type":"off"#.utf8)[...])
+    #expect(Cluster.splitSignal(cut, reader: reader) == nil)
 }

@@ -37,6 +37,27 @@ void sb_signal_reader_free(sb_signal_reader *reader);
 /// what it holds, such as an integer past 64 bits): the caller's general parser decides.
 int sb_signal_reader_read(sb_signal_reader *reader, const char *text, size_t length, sb_signal_fields *fields);
 
+/// The fields of a signal another node of a cluster passed on: `{"k": "tell", "op": "sig",
+/// "from", "app", "room", "peer", "to", "signal"}`. The strings point into the reader's
+/// buffers and stay valid until its next read.
+typedef struct {
+    const char *from;
+    size_t from_length;
+    const char *app;
+    size_t app_length;
+    const char *room;
+    size_t room_length;
+    const char *peer;
+    size_t peer_length;
+    const char *to;
+    size_t to_length;
+} sb_node_signal_fields;
+
+/// Reads `text` as a signal passed on by another node. 1: such a message (`k` "tell", `op`
+/// "sig", the five strings and a `signal`), `fields` filled. 0: valid JSON, but not such a
+/// message. -1: simdjson does not accept the text.
+int sb_node_signal_read(sb_signal_reader *reader, const char *text, size_t length, sb_node_signal_fields *fields);
+
 #ifdef __cplusplus
 }
 #endif

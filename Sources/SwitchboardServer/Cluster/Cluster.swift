@@ -40,6 +40,8 @@ package final class Cluster: @unchecked Sendable {
     var nextForward: UInt64 = 0
     private var eventCount: UInt64 = 0
     private var heartbeat: TimerID?
+    /// Reads the signals other nodes pass on (on the loop, as messages arrive).
+    private let signalReader = SignalReader()
     private(set) weak var loop: EventLoop?
     /// What arrives from other nodes goes to the hub.
     weak var hub: Hub?
@@ -107,20 +109,34 @@ package final class Cluster: @unchecked Sendable {
     func start(on loop: EventLoop) {
         self.loop = loop
         let commands = RedisConnection(url: url, loop: loop)
+        // A signal passed on is a `PUBLISH` nobody reads the reply of: Redis writes none.
+        commands.leavesOutIgnoredReplies = true
         commands.onStateChange = { [weak self] up in
             guard let self else { return }
-            if up { logger.info("connected to Redis", ["redis": url.description]) } else { logger.warning("lost Redis; reconnecting", ["redis": url.description]) }
+            if up { logger.info("connected to Redis", ["redis": url.description]) } else { lost("commands") }
             if up { hub?.clusterRedisConnected() }
         }
         let subscriber = RedisConnection(url: url, loop: loop)
         subscriber.onStateChange = { [weak self] up in
-            guard let self, up, let subscriber = self.subscriber else { return }
+            guard let self else { return }
+            // Redis closes a subscriber that reads too slowly (past `client-output-buffer-limit
+            // pubsub`) as it closes any other: what was published meanwhile does not reach this
+            // node (docs/scaling.md).
+            guard up, let subscriber = self.subscriber else { return lost("subscriber") }
             subscriber.subscribe([Self.nodeChannel(nodeID), Self.allChannel] + userChannels.sorted())
         }
         subscriber.onMessage = { [weak self] channel, payload in self?.received(payload, on: channel) }
         self.commands = commands
         self.subscriber = subscriber
         renewNode()
+    }
+
+    /// One of the node's two connections to Redis closed (it reconnects by itself).
+    private func lost(_ connection: String) {
+        logger.warning(
+            connection == "subscriber" ? "lost the Redis subscription; reconnecting (what other nodes publish meanwhile does not reach this node)"
+                : "lost Redis; reconnecting", ["redis": url.description, "connection": connection])
+        hub?.metrics.increment("switchboard_cluster_redis_disconnects_total", ["connection": connection])
     }
 
     /// The other live nodes (those in `sb:nodes` whose key is there; the dead are dropped).
@@ -288,10 +304,11 @@ package final class Cluster: @unchecked Sendable {
     }
 
     /// A signal from `tellSignal` as its fields and its payload's bytes, without parsing the
-    /// payload (an SDP is kilobytes): its fields come first, all of them strings that hold no
-    /// quote unescaped, so the first `,"signal":` is the member, and the payload runs to the
-    /// last byte but the closing brace. Nil for any other message.
-    package static func splitSignal(_ payload: [UInt8]) -> (fields: [String: JSONValue], signal: ArraySlice<UInt8>)? {
+    /// payload into a tree (an SDP is kilobytes): simdjson validates the message and reads the
+    /// fields; the fields come first, all of them strings that hold no quote unescaped, so the
+    /// first `,"signal":` is the member, and the payload runs to the last byte but the closing
+    /// brace. Nil for any other message.
+    package static func splitSignal(_ payload: [UInt8], reader: SignalReader) -> (fields: PassedSignalFields, signal: ArraySlice<UInt8>)? {
         guard payload.count > signalPrefix.count + signalMember.count, payload.last == 0x7D else { return nil }
         // A loop over the bytes, not `firstRange(of:)`: that generic search was a third of a
         // receiving node's CPU per relayed signal.
@@ -305,10 +322,7 @@ package final class Cluster: @unchecked Sendable {
             }
             return nil
         }
-        guard let at = found else { return nil }
-        var head = Array(payload[..<at])
-        head.append(0x7D)
-        guard case .object(let fields)? = JSONText.parse(head) else { return nil }
+        guard let at = found, let fields = reader.readPassedSignal(payload) else { return nil }
         return (fields, payload[(at + signalMember.count)..<(payload.count - 1)])
     }
 
@@ -340,7 +354,9 @@ package final class Cluster: @unchecked Sendable {
 
     private func received(_ payload: [UInt8], on channel: String) {
         guard let hub else { return }
-        if let (fields, signal) = Self.splitSignal(payload) { return hub.forwardedSignal(fields, signal: signal) }
+        if let (fields, signal) = Self.splitSignal(payload, reader: signalReader) {
+            return hub.forwardedSignal(appID: fields.appID, room: fields.room, from: fields.peer, to: fields.to, signal: signal)
+        }
         guard case .object(let message)? = JSONText.parse(payload) else { return }
         switch message["k"]?.stringValue {
         case "event":
@@ -387,7 +403,11 @@ package final class Cluster: @unchecked Sendable {
             }
         case "tell":
             guard let op = message["op"]?.stringValue, let from = message["from"]?.stringValue else { return }
-            if op == "sig", let signal = message["signal"] { return hub.forwardedSignal(message, signal: JSONText.serialize(signal)[...]) }
+            if op == "sig", let signal = message["signal"], let appID = message["app"]?.stringValue, let room = message["room"]?.stringValue,
+                let peer = message["peer"]?.stringValue, let to = message["to"]?.stringValue
+            {
+                return hub.forwardedSignal(appID: appID, room: room, from: peer, to: to, signal: JSONText.serialize(signal)[...])
+            }
             hub.clusterMessage(op, message, from: from)
         default:
             return

@@ -138,6 +138,10 @@ public final class Metrics: Sendable {
             family("switchboard_store_writable", "gauge", "1 while the storage takes writes, 0 while it is full or read-only."),
             family("switchboard_store_backlog", "gauge", "Writes waiting in memory for the storage to take writes again."),
             family("switchboard_store_writes_dropped_total", "counter", "Waiting writes lost because the backlog was full (store_backlog_writes)."),
+            family(
+                "switchboard_cluster_redis_disconnects_total", "counter",
+                "Connections to the cluster's Redis lost (each reconnects by itself), by which: commands or subscriber.", "connection",
+                ["commands", "subscriber"]),
         ]
     }()
 

@@ -93,10 +93,7 @@ extension Hub {
     /// A signal from a member on another node: checked against the room here, delivered to its
     /// recipient wherever it is. A refused one is dropped (its sender had its answer already).
     /// `signal`: the payload's bytes as they came (`Cluster.splitSignal`).
-    func forwardedSignal(_ message: [String: JSONValue], signal: ArraySlice<UInt8>) {
-        guard let appID = message["app"]?.stringValue, let room = message["room"]?.stringValue, let from = message["peer"]?.stringValue,
-            let to = message["to"]?.stringValue
-        else { return }
+    func forwardedSignal(appID: String, room: String, from: String, to: String, signal: ArraySlice<UInt8>) {
         guard let recipient = try? rooms.signalRecipient(RoomKey(appID: appID, name: room), from: from, to: to) else { return }
         deliverSignal(room: room, from: from, to: recipient, signal: signal)
     }

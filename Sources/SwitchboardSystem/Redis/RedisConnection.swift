@@ -140,6 +140,12 @@ public final class RedisConnection: @unchecked Sendable {
             return scheduleReconnect()
         }
         isConnected = true
+        if leavesOutIgnoredReplies {
+            send(["CLIENT", "REPLY", "ON"]) { [weak self] result in
+                guard let self, isConnected else { return }
+                skipsReplies = (try? result.get()) == .status("OK")
+            }
+        }
         onStateChange?(true)
     }
 
@@ -148,6 +154,7 @@ public final class RedisConnection: @unchecked Sendable {
         context = nil
         let was = isConnected
         isConnected = false
+        skipsReplies = false
         if was { onStateChange?(false) }
         scheduleReconnect()
     }
@@ -196,13 +203,28 @@ public final class RedisConnection: @unchecked Sendable {
         }
     }
 
+    /// Whether Redis is to be asked to leave out the replies of what `sendIgnoringReply` sends
+    /// (`CLIENT REPLY SKIP`, Redis 3.2 and later). Each new connection first checks that Redis
+    /// takes `CLIENT REPLY` (a `CLIENT REPLY ON`, answered `OK` or refused, as by an ACL user
+    /// without `CLIENT` or a proxy): until that answer, and for good where it is refused,
+    /// ignored replies come and are read past. Checked again on every reconnect, since the
+    /// Redis behind an address can change.
+    public var leavesOutIgnoredReplies = false
+    /// Whether this connection's Redis said it takes `CLIENT REPLY`.
+    public private(set) var skipsReplies = false
+
     /// Sends one command whose reply nobody reads (a `PUBLISH` on the relay's path): no callback
-    /// is kept for it, and a command that cannot be sent is dropped. Returns whether it went
-    /// out to hiredis.
+    /// is kept for it, and a command that cannot be sent is dropped. When `skipsReplies`, Redis
+    /// is asked not to answer it (`CLIENT REPLY SKIP` before it, the two written together):
+    /// no reply for Redis to write nor for this node to read, a system call fewer on each side
+    /// for a signal passed on. Returns whether it went out to hiredis.
     @discardableResult
     public func sendIgnoringReply(_ arguments: [[UInt8]]) -> Bool {
         guard let context else { return false }
-        let sent = Self.withArgv(arguments) { argc, argv, lengths in redisAsyncCommandArgv(context, nil, nil, argc, argv, lengths) } == REDIS_OK
+        let skips = skipsReplies
+        let sent = Self.withArgv(arguments) { argc, argv, lengths in
+            skips ? sb_redis_append_skipping_reply(context, argc, argv, lengths) : redisAsyncCommandArgv(context, nil, nil, argc, argv, lengths)
+        } == REDIS_OK
         if sent { flushAtTurnEnd() }
         return sent
     }
@@ -224,11 +246,19 @@ public final class RedisConnection: @unchecked Sendable {
         }
     }
 
-    fileprivate func subscriptionReply(_ value: RedisValue) {
-        guard case .array(let items) = value, items.count == 3, items[0].text == "message", let channel = items[1].text,
-            case .string(let payload) = items[2]
+    /// A reply on a subscribed connection: a `message` (kind, channel, payload) goes to
+    /// `onMessage`, read in place (no `RedisValue` tree: this is every relayed signal's path
+    /// into a node); confirmations of `SUBSCRIBE` and `UNSUBSCRIBE` are dropped.
+    fileprivate func subscriptionReply(_ reply: UnsafePointer<redisReply>) {
+        let reply = reply.pointee
+        guard reply.type == sb_redis_reply_array, reply.elements == 3, let kind = reply.element[0]?.pointee,
+            let channel = reply.element[1]?.pointee, let payload = reply.element[2]?.pointee,
+            kind.type == sb_redis_reply_string, channel.type == sb_redis_reply_string, payload.type == sb_redis_reply_string,
+            kind.len == 7, let kindText = kind.str, memcmp(kindText, "message", 7) == 0
         else { return }
-        onMessage?(channel, payload)
+        onMessage?(
+            String(decoding: UnsafeRawBufferPointer(start: channel.str, count: channel.len), as: UTF8.self),
+            Array(UnsafeRawBufferPointer(start: payload.str, count: payload.len)))
     }
 
     /// Closes the connection for good (no reconnect). `graceful`: once the commands sent have
@@ -269,6 +299,20 @@ public final class RedisConnection: @unchecked Sendable {
     /// Runs `commands` in order on a connection of its own and returns their replies, blocking
     /// the caller up to `timeout` per step: for what must be known before a server starts.
     public static func blocking(_ url: RedisURL, _ commands: [[String]], timeout: Duration = .seconds(3)) throws(RedisError) -> [RedisValue] {
+        try withBlockingConnection(url, timeout: timeout) { context throws(RedisError) in
+            var replies: [RedisValue] = []
+            for command in commands {
+                let raw = withArgv(command.map { Array($0.utf8) }) { argc, argv, lengths in redisCommandArgv(context, argc, argv, lengths) }
+                replies.append(try reply(raw, context, url))
+            }
+            return replies
+        }
+    }
+
+    /// Runs `body` on a blocking connection of its own, after `AUTH`/`SELECT` as the URL asks.
+    private static func withBlockingConnection<T>(
+        _ url: RedisURL, timeout: Duration, _ body: (UnsafeMutablePointer<redisContext>) throws(RedisError) -> T
+    ) throws(RedisError) -> T {
         guard let context = sb_redis_connect_blocking(url.host, Int32(url.port), Int(timeout.milliseconds)) else {
             throw RedisError(description: "cannot reach Redis at \(url)")
         }
@@ -276,20 +320,22 @@ public final class RedisConnection: @unchecked Sendable {
         if sb_redis_blocking_failed(context) != 0 {
             throw RedisError(description: "cannot reach Redis at \(url): \(String(cString: sb_redis_blocking_error(context)))")
         }
-        var replies: [RedisValue] = []
-        for command in url.greeting + commands {
+        for command in url.greeting {
             let raw = withArgv(command.map { Array($0.utf8) }) { argc, argv, lengths in redisCommandArgv(context, argc, argv, lengths) }
-            guard let raw else {
-                throw RedisError(description: "Redis at \(url) did not answer: \(String(cString: sb_redis_blocking_error(context)))")
-            }
-            let value = RedisValue(raw.assumingMemoryBound(to: redisReply.self))
-            freeReplyObject(raw)
-            if case .error(let message) = value, command.first == "AUTH" || command.first == "SELECT" {
+            if case .error(let message) = try reply(raw, context, url) {
                 throw RedisError(description: "Redis at \(url) refused \(command[0]): \(message)")
             }
-            replies.append(value)
         }
-        return Array(replies.suffix(commands.count))
+        return try body(context)
+    }
+
+    /// A blocking command's reply, freed; or why there is none.
+    private static func reply(_ raw: UnsafeMutableRawPointer?, _ context: UnsafeMutablePointer<redisContext>, _ url: RedisURL) throws(RedisError) -> RedisValue {
+        guard let raw else {
+            throw RedisError(description: "Redis at \(url) did not answer: \(String(cString: sb_redis_blocking_error(context)))")
+        }
+        defer { freeReplyObject(raw) }
+        return RedisValue(raw.assumingMemoryBound(to: redisReply.self))
     }
 }
 
@@ -311,7 +357,7 @@ private func redisReplied(_ context: UnsafeMutablePointer<redisAsyncContext>?, _
 
 private func redisSubscribed(_ context: UnsafeMutablePointer<redisAsyncContext>?, _ reply: UnsafeMutableRawPointer?, _ data: UnsafeMutableRawPointer?) {
     guard let reply, let context, sb_redis_data(context) != nil, let data else { return }
-    Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue().subscriptionReply(RedisValue(reply.assumingMemoryBound(to: redisReply.self)))
+    Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue().subscriptionReply(reply.assumingMemoryBound(to: redisReply.self))
 }
 
 private func redisConnected(_ context: UnsafePointer<redisAsyncContext>?, _ status: Int32) {
