@@ -89,9 +89,14 @@ pings to a wakeup), so the slots stay 50 ms and only the first pings are spread.
 the cost of a signal: paced, it is one read and two writes for the server (the relay and the
 `ok`), and on loopback the receiving side's TCP is charged to the writer, so at 10,000/s the
 server is busy about three times as long as the echo (the CPU column), and a signal that arrives
-while another is handled waits for it. Closing the rest of the gap needs fewer system calls
-per signal (a signal sent without an `id` and answered by no reply is a protocol change not
-made yet). The host's stalls (below) still put some runs' p99 in milliseconds, the echo's too.
+while another is handled waits for it. Fewer system calls per signal were expected to close
+the rest of the gap; tried by hand on 2026-12-06 with a build that sent no `ok` for a signal
+(the relay alone: what a signal without `id`, answered by nothing, would cost), alternating
+with this build three times, each followed by the echo: the server's CPU at 10,000/s fell by
+about a tenth (626-696 ticks against 708-836), but the p99 ratio did not measurably move
+(1.4×, 4.9×, 2.8× against 3.2×, 3.8×, 3.9×, on a host whose echo p99 ran from 0.18 to 0.47 ms
+that hour), so that protocol change was not made. The host's stalls (below) still put some
+runs' p99 in milliseconds, the echo's too.
 Since 2026-12-06 the relay is written before the sender's `ok` (it was after, so each signal
 waited for a write that was not its own); alternating runs that day, on a host whose echo
 alone had a p99 of 0.25-1.0 ms, did not show a difference.
