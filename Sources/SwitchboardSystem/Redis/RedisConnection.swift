@@ -299,20 +299,6 @@ public final class RedisConnection: @unchecked Sendable {
     /// Runs `commands` in order on a connection of its own and returns their replies, blocking
     /// the caller up to `timeout` per step: for what must be known before a server starts.
     public static func blocking(_ url: RedisURL, _ commands: [[String]], timeout: Duration = .seconds(3)) throws(RedisError) -> [RedisValue] {
-        try withBlockingConnection(url, timeout: timeout) { context throws(RedisError) in
-            var replies: [RedisValue] = []
-            for command in commands {
-                let raw = withArgv(command.map { Array($0.utf8) }) { argc, argv, lengths in redisCommandArgv(context, argc, argv, lengths) }
-                replies.append(try reply(raw, context, url))
-            }
-            return replies
-        }
-    }
-
-    /// Runs `body` on a blocking connection of its own, after `AUTH`/`SELECT` as the URL asks.
-    private static func withBlockingConnection<T>(
-        _ url: RedisURL, timeout: Duration, _ body: (UnsafeMutablePointer<redisContext>) throws(RedisError) -> T
-    ) throws(RedisError) -> T {
         guard let context = sb_redis_connect_blocking(url.host, Int32(url.port), Int(timeout.milliseconds)) else {
             throw RedisError(description: "cannot reach Redis at \(url)")
         }
@@ -320,22 +306,20 @@ public final class RedisConnection: @unchecked Sendable {
         if sb_redis_blocking_failed(context) != 0 {
             throw RedisError(description: "cannot reach Redis at \(url): \(String(cString: sb_redis_blocking_error(context)))")
         }
-        for command in url.greeting {
+        var replies: [RedisValue] = []
+        for command in url.greeting + commands {
             let raw = withArgv(command.map { Array($0.utf8) }) { argc, argv, lengths in redisCommandArgv(context, argc, argv, lengths) }
-            if case .error(let message) = try reply(raw, context, url) {
+            guard let raw else {
+                throw RedisError(description: "Redis at \(url) did not answer: \(String(cString: sb_redis_blocking_error(context)))")
+            }
+            let value = RedisValue(raw.assumingMemoryBound(to: redisReply.self))
+            freeReplyObject(raw)
+            if case .error(let message) = value, command.first == "AUTH" || command.first == "SELECT" {
                 throw RedisError(description: "Redis at \(url) refused \(command[0]): \(message)")
             }
+            replies.append(value)
         }
-        return try body(context)
-    }
-
-    /// A blocking command's reply, freed; or why there is none.
-    private static func reply(_ raw: UnsafeMutableRawPointer?, _ context: UnsafeMutablePointer<redisContext>, _ url: RedisURL) throws(RedisError) -> RedisValue {
-        guard let raw else {
-            throw RedisError(description: "Redis at \(url) did not answer: \(String(cString: sb_redis_blocking_error(context)))")
-        }
-        defer { freeReplyObject(raw) }
-        return RedisValue(raw.assumingMemoryBound(to: redisReply.self))
+        return Array(replies.suffix(commands.count))
     }
 }
 
