@@ -174,6 +174,24 @@ final class TestCluster: Sendable {
     func voipPushes(callID: String) -> [APNsSandbox.Record] {
         sandbox.records.filter { $0.status == 200 && $0.pushType == "voip" && $0.payload?["call_id"]?.stringValue == callID }
     }
+
+    /// Nodes 1 and 2 started, and alice on node 1 ringing bob on node 2 (who has the invite)
+    /// for a minute.
+    func aliceRingsBobAcrossTwoNodes() async throws -> (alice: TestClient, bob: TestClient, callID: String) {
+        for node in 1...2 { try await start(node) }
+        let alice = try await connect("alice", device: "a", node: 1)
+        let bob = try await connect("bob", device: "b", node: 2)
+        let callID = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: callID)
+        return (alice, bob, callID)
+    }
+
+    /// Waits for node `number`'s `/readyz` to answer 503 (`what`: why it should).
+    func waitUntilUnready(_ number: Int, _ what: String, within limit: Duration = .seconds(5)) async throws {
+        try await within(limit, "/readyz to say \(what)") {
+            while try await HTTPClient.request("GET", "http://127.0.0.1:\(self.port(number))/readyz").status != 503 { try await Task.sleep(for: .milliseconds(50)) }
+        }
+    }
 }
 
 func call(_ from: TestClient, to callees: [String], timeout: Int? = nil) async throws -> String {
@@ -638,16 +656,10 @@ struct ClusterTests {
     @Test func aCallGoesOnWhenRedisRestarts() async throws {
         let cluster = try TestCluster()
         defer { cluster.stop() }
-        for node in 1...2 { try await cluster.start(node) }
-        let alice = try await cluster.connect("alice", device: "a", node: 1)
-        let bob = try await cluster.connect("bob", device: "b", node: 2)
-        let callID = try await call(alice, to: ["bob"], timeout: 60)
-        _ = try await event(bob, "call.incoming", call: callID)
+        let (alice, bob, callID) = try await cluster.aliceRingsBobAcrossTwoNodes()
 
         cluster.redis.stop()
-        try await within(.seconds(5), "/readyz to say Redis is gone") {
-            while try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(2))/readyz").status != 503 { try await Task.sleep(for: .milliseconds(50)) }
-        }
+        try await cluster.waitUntilUnready(2, "Redis is gone")
         #expect(try await act(bob, MessageType.callAnswer, callID).error?.code == .unavailable)
         try await offThePool { try cluster.redis.start() }
         // Whom the call rings is written again as soon as its owner is back on Redis (a device
@@ -707,6 +719,80 @@ struct ClusterTests {
         #expect(try await event(bob, MessageType.signal).data?["signal"] == ["n": 2], "the next signal, not the lost one")
     }
 
+    /// A call event published while a node's subscription is down (Redis closed it, as above,
+    /// on a signal too large for its limit, and the caller cancelled right behind it) is read
+    /// back from `sb:events` once the node listens again: the callee on that node hears the
+    /// call was cancelled, once, and the node counts it.
+    @Test func aCallEventPublishedWhileANodeDidNotListenReachesItOnceItListensAgain() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        let (alice, bob, callID) = try await cluster.aliceRingsBobAcrossTwoNodes()
+        let bobJoined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
+        let bobPeer = try #require(bobJoined.data?["peer_id"]?.stringValue)
+        #expect(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big")).type == MessageType.ok)
+
+        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 16kb 0 0"])
+        let large: JSONValue = ["sdp": .string(String(repeating: "a", count: 48_000))]
+        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
+        #expect(try await act(alice, MessageType.callCancel, callID).type == MessageType.ok)
+        _ = try await cluster.node(2)?.waitFor(#/(lost the Redis subscription)/#, what: "node 2 to say it lost its subscription")
+        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
+
+        _ = try await event(bob, "call.cancelled", call: callID)
+        let caughtUp = try await cluster.node(2)?.waitFor(
+            #/caught up on the events published while the subscription was down.*count=(\d+)/#, what: "node 2 to catch up")
+        #expect(try await Self.nextEvent(bob, "call.cancelled", call: callID) == nil, "delivered once")
+        let metrics = try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(2))/metrics").text
+        #expect(caughtUp.map { Int($0) ?? 0 } ?? 0 > 0)
+        #expect(metrics.contains(#"switchboard_cluster_late_events_total{outcome="caught_up"} "# + (caughtUp ?? "")), "\(metrics)")
+    }
+
+    /// The next event of `type` about `callID` within half a second, or nil.
+    static func nextEvent(_ client: TestClient, _ type: String, call callID: String) async throws -> Envelope? {
+        do { return try await event(client, type, call: callID, timeout: .milliseconds(500)) } catch is Timeout { return nil }
+    }
+
+    /// Call events a node could not publish while Redis was down wait on the node and go out,
+    /// in order, once Redis is back; one held longer than `cluster_event_replay_seconds` is
+    /// dropped and counted (its callee learns the call's end from `GET /v1/calls/{id}`).
+    // Covers: limit:cluster_event_replay_seconds
+    @Test func callEventsHeldWhileRedisWasDownGoOutWhenItIsBack() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--cluster-event-replay-seconds", "3"]) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let carol = try await cluster.connect("carol", device: "c", node: 2)
+        let toBob = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: toBob)
+        let toCarol = try await call(alice, to: ["carol"], timeout: 60)
+        _ = try await event(carol, "call.incoming", call: toCarol)
+
+        cluster.redis.stop()
+        try await cluster.waitUntilUnready(1, "Redis is gone")
+        // Both calls run on alice's node: their cancels are taken there, and their events for
+        // node 2 wait. Bob's waits past the replay time, carol's does not.
+        #expect(try await act(alice, MessageType.callCancel, toBob).type == MessageType.ok)
+        _ = try await cluster.node(1)?.waitFor(#/(events for other nodes wait for Redis)/#, what: "node 1 to hold the event")
+        try await Task.sleep(for: .seconds(4))
+        #expect(try await act(alice, MessageType.callCancel, toCarol).type == MessageType.ok)
+        try await offThePool { try cluster.redis.start() }
+
+        _ = try await event(carol, "call.cancelled", call: toCarol)
+        #expect(try await Self.nextEvent(carol, "call.cancelled", call: toCarol) == nil, "delivered once")
+        #expect(try await Self.nextEvent(bob, "call.cancelled", call: toBob) == nil, "held too long: dropped")
+        // A cancel publishes the same events for each call (to the callee, and to the caller's
+        // sessions elsewhere): as many dropped for bob's as published late for carol's.
+        let dropped = try await cluster.node(1)?.waitFor(#/events for other nodes dropped.*count=(\d+)/#, what: "node 1 to drop the stale events")
+        let republished = try await cluster.node(1)?.waitFor(#/events held while Redis was away published.*count=(\d+)/#, what: "node 1 to publish")
+        #expect(dropped != nil && dropped == republished && Int(dropped ?? "") ?? 0 > 0, "\(String(describing: dropped)), \(String(describing: republished))")
+        let metrics = try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(1))/metrics").text
+        #expect(metrics.contains(#"switchboard_cluster_late_events_total{outcome="republished"} "# + (republished ?? "")), "\(metrics)")
+        #expect(metrics.contains(#"switchboard_cluster_late_events_total{outcome="dropped"} "# + (dropped ?? "")), "\(metrics)")
+        let record = try await cluster.get("/v1/calls/\(toBob)", as: "bob", node: 2)
+        #expect(record["state"] == "ended", "\(record)")
+    }
+
     /// PostgreSQL stopped during an answered call: `/readyz` says 503, the end of the call waits
     /// for its write (nobody hears of a state a node taking the call over would not know), no
     /// node takes the call over from its owner; once the database is back the end reaches
@@ -716,18 +802,12 @@ struct ClusterTests {
         defer { postgres.destroy() }
         let cluster = try TestCluster(storeURL: postgres.url)
         defer { cluster.stop() }
-        for node in 1...2 { try await cluster.start(node) }
-        let alice = try await cluster.connect("alice", device: "a", node: 1)
-        let bob = try await cluster.connect("bob", device: "b", node: 2)
-        let callID = try await call(alice, to: ["bob"], timeout: 60)
-        _ = try await event(bob, "call.incoming", call: callID)
+        let (alice, bob, callID) = try await cluster.aliceRingsBobAcrossTwoNodes()
         #expect(try await act(bob, MessageType.callAnswer, callID).type == MessageType.ok)
         _ = try await event(alice, "call.accepted", call: callID)
 
         try await offThePool { try postgres.stop() }
-        try await within(.seconds(10), "/readyz to say the store is down") {
-            while try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(1))/readyz").status != 503 { try await Task.sleep(for: .milliseconds(50)) }
-        }
+        try await cluster.waitUntilUnready(1, "the store is down", within: .seconds(10))
         let ending = Task { try await act(alice, MessageType.callEnd, callID) }
         // Longer than the lease: the owner still holds the call in Redis, nobody takes it.
         try await Task.sleep(for: .seconds(cluster.lease + 1))

@@ -10,7 +10,9 @@ import SwitchboardSupport
 /// call's lease), who is in an answered call (`sb:busy:<app>:<identity>`, a sorted set of call
 /// ids scored by their lease), and pub/sub: a channel per node (`sb:n:<id>`: actions passed on
 /// to a call's owner, their answers, invite receipts) and a channel per user (`sb:u:<app>:
-/// <identity>`) every node with a session of that user listens on. Loop thread only, after
+/// <identity>`) every node with a session of that user listens on. Each user event is also
+/// kept for `cluster_event_replay_seconds` in one stream (`sb:events`), which a node that lost
+/// its subscription reads back from the last it received (`catchUp`). Loop thread only, after
 /// `claim`.
 ///
 /// Safety of `@unchecked Sendable`: confined to the loop thread like the hub (the server
@@ -39,6 +41,16 @@ package final class Cluster: @unchecked Sendable {
     private var forwards: [UInt64: Forward] = [:]
     var nextForward: UInt64 = 0
     private var eventCount: UInt64 = 0
+    /// How long `sb:events` keeps a user event, and this node one it could not publish.
+    private let eventReplay: Duration
+    /// User events not in Redis yet (it was away, or the connection was lost before it
+    /// answered), oldest first: published in order once it is back, unless older than
+    /// `eventReplay`. While any wait, newer events wait behind them, so none overtakes another.
+    private var unpublished: [(channel: [UInt8], message: [UInt8], atMillis: Int64)] = []
+    /// The `sb:events` id of the last user event this node received (at first, its start).
+    private var lastEventID = StreamID(millis: 0, sequence: 0)
+    /// Set from the loss of the subscription until what was published meanwhile is read back.
+    private var catchingUp: CatchUp?
     private var heartbeat: TimerID?
     /// Reads the signals other nodes pass on (on the loop, as messages arrive).
     private let signalReader = SignalReader()
@@ -51,6 +63,23 @@ package final class Cluster: @unchecked Sendable {
         var timer: TimerID?
     }
 
+    /// Reading back the user events published while the subscription was down: from `after`
+    /// (the last received before), once every channel is subscribed again (`awaiting`: the
+    /// last one asked for, until Redis confirms it; empty while not connected).
+    struct CatchUp {
+        var lostAtMillis: Int64
+        var after: StreamID
+        var awaiting: String?
+        /// A page of `sb:events` is asked for.
+        var reading = false
+        /// Live events delivered meanwhile: passed over when read back.
+        var delivered: Set<StreamID> = []
+        /// Live events that came while reading: delivered in the stream's order with it.
+        var held: [(id: StreamID, message: [String: JSONValue])] = []
+        /// Events read back that reached a session.
+        var count = 0
+    }
+
     init(nodeID: String, instance: String, previousInstance: String?, url: RedisURL, limits: ServerConfiguration.Limits, logger: Logger) {
         self.nodeID = nodeID
         self.instance = instance
@@ -59,6 +88,7 @@ package final class Cluster: @unchecked Sendable {
         self.logger = logger.with("component", "cluster")
         nodeTimeout = .seconds(limits.nodeTimeoutSeconds)
         forwardTimeout = .milliseconds(limits.clusterForwardTimeoutMillis)
+        eventReplay = .seconds(limits.clusterEventReplaySeconds)
         roomLease = .seconds(limits.callLeaseSeconds)
         maxRoomsPerApp = limits.maxRoomsPerApp
     }
@@ -75,6 +105,18 @@ package final class Cluster: @unchecked Sendable {
     static func roomKey(appID: String, name: String) -> String { "sb:room:" + appID + ":" + name }
     /// An app's ordinary rooms across the nodes: each name scored with when its lease runs out.
     static func appRoomsKey(_ appID: String) -> String { "sb:rooms:" + appID }
+    /// Every user event of the last `cluster_event_replay_seconds`: its channel (`c`) and
+    /// message (`m`).
+    static let eventsKey = "sb:events"
+
+    /// Publishes a user event on its channel (ARGV[1]) and adds it to `sb:events` (KEYS[1]) in
+    /// one step: the published message carries its id there (`sid`), so a node knows from where
+    /// to read back. Answers how many nodes it reached. The stream is trimmed by every node's
+    /// heartbeat, not here: a script's every `redis.call` costs Redis as much as a `PUBLISH`.
+    static let publishEventScript = """
+        local id = redis.call('xadd', KEYS[1], '*', 'c', ARGV[1], 'm', ARGV[2])
+        return redis.call('publish', ARGV[1], '{"sid":"' .. id .. '",' .. string.sub(ARGV[2], 2))
+        """
 
     /// Sets a key to this node's value when it is this node's or nobody's; answers 1 when it
     /// did, 0 when another holds it.
@@ -113,19 +155,35 @@ package final class Cluster: @unchecked Sendable {
         commands.leavesOutIgnoredReplies = true
         commands.onStateChange = { [weak self] up in
             guard let self else { return }
-            if up { logger.info("connected to Redis", ["redis": url.description]) } else { lost("commands") }
-            if up { hub?.clusterRedisConnected() }
+            guard up else { return lost("commands") }
+            logger.info("connected to Redis", ["redis": url.description])
+            publishUnpublished()
+            catchUp()
+            hub?.clusterRedisConnected()
         }
         let subscriber = RedisConnection(url: url, loop: loop)
         subscriber.onStateChange = { [weak self] up in
             guard let self else { return }
             // Redis closes a subscriber that reads too slowly (past `client-output-buffer-limit
-            // pubsub`) as it closes any other: what was published meanwhile does not reach this
-            // node (docs/scaling.md).
-            guard up, let subscriber = self.subscriber else { return lost("subscriber") }
-            subscriber.subscribe([Self.nodeChannel(nodeID), Self.allChannel] + userChannels.sorted())
+            // pubsub`) as it closes any other: what was published to the user channels meanwhile
+            // is read back from `sb:events` once subscribed again; the rest is lost (docs/scaling.md).
+            guard up, let subscriber = self.subscriber else {
+                lost("subscriber")
+                if catchingUp == nil { catchingUp = CatchUp(lostAtMillis: wallMillis, after: lastEventID) }
+                catchingUp?.awaiting = ""  // no channel: waits for the connection first
+                return
+            }
+            let channels = [Self.nodeChannel(nodeID), Self.allChannel] + userChannels.sorted()
+            catchingUp?.awaiting = channels.last
+            subscriber.subscribe(channels)
+        }
+        subscriber.onSubscribed = { [weak self] channel in
+            guard let self, catchingUp?.awaiting == channel else { return }
+            catchingUp?.awaiting = nil
+            catchUp()
         }
         subscriber.onMessage = { [weak self] channel, payload in self?.received(payload, on: channel) }
+        lastEventID = StreamID(millis: wallMillis, sequence: 0)
         self.commands = commands
         self.subscriber = subscriber
         renewNode()
@@ -159,6 +217,9 @@ package final class Cluster: @unchecked Sendable {
 
     private func renewNode() {
         commands?.send(["SADD", Self.nodesKey, nodeID]) { _ in }
+        // `sb:events` keeps what the last `cluster_event_replay_seconds` published (and up to a
+        // heartbeat more); Redis trims it by whole blocks of entries (`~`).
+        commands?.send(["XTRIM", Self.eventsKey, "MINID", "~", String(wallMillis - eventReplay.milliseconds)]) { _ in }
         let timeout = nodeTimeout
         commands?.send(["EVAL", Self.holdScript, "1", Self.nodeKey(nodeID), instance, String(timeout.milliseconds)]) { [weak self] result in
             guard let self else { return }
@@ -202,14 +263,15 @@ package final class Cluster: @unchecked Sendable {
         }
     }
 
-    /// Publishes an event for a user's sessions on the other nodes. `invitation`: their nodes
-    /// answer this node with where it went.
     /// A new id for a user event: unique in the cluster (this node's id and instance, and a count).
     func nextEventID() -> String {
         eventCount += 1
         return instance + "/" + String(eventCount)
     }
 
+    /// Publishes an event for a user's sessions on the other nodes, and keeps it in
+    /// `sb:events`. `invitation`: their nodes answer this node with where it went. Held while
+    /// Redis is away, and published once it is back (`unpublished`).
     func publish(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?, eventID: String) {
         let data: JSONValue
         switch event.data {
@@ -222,11 +284,121 @@ package final class Cluster: @unchecked Sendable {
         message["eid"] = .string(eventID)
         if let except { message["except"] = .string(except) }
         if let invitation { message["invite"] = ["call": .string(invitation.callID), "callee": .string(invitation.callee)] }
-        commands?.send([Array("PUBLISH".utf8), Array(Self.userChannel(appID: appID, identity: identity).utf8), JSONText.serialize(.object(message))]) {
+        let channel = Array(Self.userChannel(appID: appID, identity: identity).utf8), bytes = JSONText.serialize(.object(message))
+        guard unpublished.isEmpty, commands?.isConnected == true else { return hold(channel, bytes, atMillis: wallMillis) }
+        sendEvent(channel, bytes, atMillis: wallMillis)
+    }
+
+    private func sendEvent(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64) {
+        guard let commands else { return }
+        commands.send([Self.eval, Self.publishEventScriptBytes, Self.one, Self.eventsKeyBytes, channel, message]) {
             [weak self] result in
-            if case .failure(let error) = result { self?.logger.warning("an event for another node was not published", ["error": error.description]) }
+            guard let self else { return }
+            switch result {
+            case .failure: hold(channel, message, atMillis: atMillis)
+            case .success(.error(let refusal)):
+                // Refused a write (Redis at `maxmemory`, say): published all the same, not kept.
+                commands.sendIgnoringReply([Self.publish, channel, message])
+                if wallMillis - refusalLoggedAtMillis > 10_000 {
+                    refusalLoggedAtMillis = wallMillis
+                    logger.warning("Redis refused to keep an event for other nodes: published without it", ["error": refusal])
+                }
+            case .success: break
+            }
         }
     }
+
+    /// When the last refusal to keep an event was logged (once in 10 s at most).
+    private var refusalLoggedAtMillis: Int64 = 0
+
+    private static let eval = Array("EVAL".utf8), one = Array("1".utf8), eventsKeyBytes = Array(eventsKey.utf8)
+    private static let publishEventScriptBytes = Array(publishEventScript.utf8)
+
+    /// Keeps a user event Redis did not take, dropping those held past `eventReplay` (checked
+    /// once they are a second past it, so that a long outage drops them in batches).
+    private func hold(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64) {
+        if unpublished.isEmpty { logger.warning("events for other nodes wait for Redis", ["redis": url.description]) }
+        unpublished.append((channel, message, atMillis))
+        if let oldest = unpublished.first?.atMillis, oldest < wallMillis - eventReplay.milliseconds - 1000 { dropExpiredEvents() }
+    }
+
+    private func dropExpiredEvents() {
+        let oldest = wallMillis - eventReplay.milliseconds
+        let expired = unpublished.firstIndex { $0.atMillis >= oldest } ?? unpublished.count
+        guard expired > 0 else { return }
+        unpublished.removeFirst(expired)
+        hub?.metrics.increment("switchboard_cluster_late_events_total", ["outcome": "dropped"], by: Double(expired))
+        logger.warning(
+            "events for other nodes dropped: Redis was away longer than cluster_event_replay_seconds", ["count": String(expired)])
+    }
+
+    /// Redis is back: the events held meanwhile go out, in order.
+    private func publishUnpublished() {
+        dropExpiredEvents()
+        guard !unpublished.isEmpty else { return }
+        let held = unpublished
+        unpublished.removeAll()
+        for event in held { sendEvent(event.channel, event.message, atMillis: event.atMillis) }
+        hub?.metrics.increment("switchboard_cluster_late_events_total", ["outcome": "republished"], by: Double(held.count))
+        logger.info("events held while Redis was away published", ["count": String(held.count)])
+    }
+
+    /// Reads back, once subscribed again, the user events published while the subscription was
+    /// down, page by page, and delivers those for this node's users to the sessions that were
+    /// open when each was published (and had not had it). Live user events that arrive while
+    /// it reads wait and go in the stream's order with what is read back, so that no session
+    /// hears a call's later event before its earlier one.
+    private func catchUp() {
+        guard let state = catchingUp, state.awaiting == nil, !state.reading, commands?.isConnected == true, subscriber?.isConnected == true
+        else { return }
+        catchingUp?.reading = true
+        readBack()
+    }
+
+    private static let catchUpPage = 512
+
+    private func readBack() {
+        guard let state = catchingUp, let commands else { return }
+        commands.send(["XRANGE", Self.eventsKey, "(" + state.after.description, "+", "COUNT", String(Self.catchUpPage)]) { [weak self] result in
+            guard let self, catchingUp != nil else { return }
+            // Again once Redis is back (`catchUp` when the connection is up again).
+            guard case .success(.array(let entries)) = result else { return stopReading() }
+            for entry in entries {
+                guard let items = entry.array, items.count == 2, let id = items[0].text.flatMap(StreamID.init), let fields = items[1].array,
+                    fields.count == 4, let channel = fields[1].text, case .string(let message) = fields[3]
+                else { continue }
+                catchingUp?.after = id
+                if catchingUp?.delivered.contains(id) == true { continue }
+                if let index = catchingUp?.held.firstIndex(where: { $0.id == id }), let live = catchingUp?.held.remove(at: index) {
+                    catchingUp?.delivered.insert(id)
+                    userEvent(live.message, openedBy: nil)
+                    continue
+                }
+                guard userChannels.contains(channel), case .object(let event)? = JSONText.parse(message) else { continue }
+                if userEvent(event, openedBy: min(id.millis, state.lostAtMillis)) { catchingUp?.count += 1 }
+            }
+            let more = entries.count == Self.catchUpPage
+            if more, catchingUp?.awaiting == nil, commands.isConnected { return readBack() }
+            stopReading()
+            guard !more, let done = catchingUp, done.awaiting == nil else { return }
+            catchingUp = nil
+            hub?.metrics.increment("switchboard_cluster_late_events_total", ["outcome": "caught_up"], by: Double(done.count))
+            logger.info("caught up on the events published while the subscription was down", ["count": String(done.count)])
+        }
+    }
+
+    /// Reading back stopped (done, or Redis lost again): the live events that waited go now.
+    private func stopReading() {
+        guard let held = catchingUp?.held else { return }
+        catchingUp?.reading = false
+        catchingUp?.held = []
+        for live in held {
+            catchingUp?.delivered.insert(live.id)
+            userEvent(live.message, openedBy: nil)
+        }
+    }
+
+    private var wallMillis: Int64 { hub?.wallMillis ?? Int64(Date().timeIntervalSince1970 * 1000) }
 
     func publish(_ message: [String: JSONValue], toNode node: String) {
         commands?.sendIgnoringReply([Self.publish, Array(Self.nodeChannel(node).utf8), JSONText.serialize(.object(message))])
@@ -350,6 +522,26 @@ package final class Cluster: @unchecked Sendable {
 
     static let ownerGone = ErrorBody(.unavailable, "the node running this call did not answer; retry in a few seconds")
 
+    /// A user event another node published (live, or read back by `catchUp` with `openedBy`):
+    /// to the user's sessions here; an invite's receipts go back to the call's owner. Whether
+    /// it reached a session.
+    @discardableResult
+    private func userEvent(_ message: [String: JSONValue], openedBy: Int64?) -> Bool {
+        guard let hub, message["from"]?.stringValue != nodeID, let appID = message["app"]?.stringValue, let identity = message["user"]?.stringValue,
+            let type = message["type"]?.stringValue
+        else { return false }
+        let receipts = hub.userEventArrived(
+            OutgoingEvent(type: type, data: .value(message["data"] ?? .null)), toUser: identity, appID: appID, except: message["except"]?.stringValue,
+            eventID: message["eid"]?.stringValue, openedBy: openedBy)
+        if let invite = message["invite"], let owner = message["from"]?.stringValue, !receipts.isEmpty {
+            publish(
+                ["k": "rang", "call": invite["call"] ?? .null, "callee": invite["callee"] ?? .null,
+                 "devices": .array(receipts.map { ["device": .string($0.device), "attached": .bool($0.attached)] })],
+                toNode: owner)
+        }
+        return !receipts.isEmpty
+    }
+
     // MARK: Receiving
 
     private func received(_ payload: [UInt8], on channel: String) {
@@ -360,18 +552,15 @@ package final class Cluster: @unchecked Sendable {
         guard case .object(let message)? = JSONText.parse(payload) else { return }
         switch message["k"]?.stringValue {
         case "event":
-            guard message["from"]?.stringValue != nodeID, let appID = message["app"]?.stringValue, let identity = message["user"]?.stringValue,
-                let type = message["type"]?.stringValue
-            else { return }
-            let receipts = hub.userEventArrived(
-                OutgoingEvent(type: type, data: .value(message["data"] ?? .null)), toUser: identity, appID: appID, except: message["except"]?.stringValue,
-                eventID: message["eid"]?.stringValue)
-            if let invite = message["invite"], let owner = message["from"]?.stringValue, !receipts.isEmpty {
-                publish(
-                    ["k": "rang", "call": invite["call"] ?? .null, "callee": invite["callee"] ?? .null,
-                     "devices": .array(receipts.map { ["device": .string($0.device), "attached": .bool($0.attached)] })],
-                    toNode: owner)
+            if let id = message["sid"]?.stringValue.flatMap(StreamID.init) {
+                lastEventID = id
+                if catchingUp?.reading == true {
+                    catchingUp?.held.append((id, message))
+                    return
+                }
+                catchingUp?.delivered.insert(id)
             }
+            userEvent(message, openedBy: nil)
         case "rang":
             guard let callID = message["call"]?.stringValue, let callee = message["callee"]?.stringValue, case .array(let devices)? = message["devices"]
             else { return }
@@ -413,4 +602,23 @@ package final class Cluster: @unchecked Sendable {
             return
         }
     }
+}
+
+/// An entry's id in a Redis stream (`<ms>-<seq>`).
+struct StreamID: Hashable, CustomStringConvertible {
+    var millis: Int64
+    var sequence: Int64
+
+    init(millis: Int64, sequence: Int64) {
+        self.millis = millis
+        self.sequence = sequence
+    }
+
+    init?(_ text: String) {
+        let parts = text.split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count == 2, let millis = Int64(parts[0]), let sequence = Int64(parts[1]) else { return nil }
+        self.init(millis: millis, sequence: sequence)
+    }
+
+    var description: String { "\(millis)-\(sequence)" }
 }

@@ -14,11 +14,14 @@ extension Hub {
     // listens for the user before it asks, and delivered once (by their ids).
 
     /// A user event from another node: delivered to the user's sessions here, and held for a
-    /// session of that user on its way here.
-    func userEventArrived(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, eventID: String?) -> [DeliveryReceipt] {
+    /// session of that user on its way here. `openedBy`: an event caught up on after this node
+    /// lost its subscription (`Cluster.catchUp`) goes only to the sessions open by then.
+    func userEventArrived(
+        _ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, eventID: String?, openedBy: Int64? = nil
+    ) -> [DeliveryReceipt] {
         let key = Self.userKey(appID, identity)
         heldUserEvents[key]?.events.append((eventID, event, except))
-        return localDelivery.deliverHere(event, toUser: identity, appID: appID, except: except, eventID: eventID)
+        return localDelivery.deliverHere(event, toUser: identity, appID: appID, except: except, eventID: eventID, openedBy: openedBy)
     }
 
     /// Resumes here a session `node` holds. A node that is gone, or a session it no longer

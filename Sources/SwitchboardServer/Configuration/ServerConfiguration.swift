@@ -115,6 +115,9 @@ public struct ServerConfiguration: Sendable {
         public var nodeTimeoutSeconds = 10
         /// How long a node waits for the node that owns a call to answer an action it passed on.
         public var clusterForwardTimeoutMillis = 2000
+        /// How long Redis keeps the user events published (for a node that lost its subscription
+        /// to catch up on), and a node the events it could not publish (for when Redis is back).
+        public var clusterEventReplaySeconds = 30
         /// A phone without CallKit, rung by an alert push, gets the alert again this often while
         /// the call rings for it (0: once).
         public var alertRingRepeatSeconds = 20
@@ -339,6 +342,10 @@ public struct ServerConfiguration: Sendable {
         int(
             "cluster_forward_timeout_ms", "How long a node waits for the node owning a call to answer an action passed on to it; then 503.",
             100...60_000, \.limits.clusterForwardTimeoutMillis),
+        int(
+            "cluster_event_replay_seconds",
+            "How long Redis keeps user events for a node that lost its subscription, and a node those it could not publish.", 1...3600,
+            \.limits.clusterEventReplaySeconds),
         int("max_call_duration_seconds", "Any call ends this long after it started.", 60...(7 * 86400), \.limits.maxCallDurationSeconds),
         int(
             "max_buffered_body_bytes", "Request bodies held at once across all connections, before credentials are checked; past it 503.",
@@ -440,6 +447,7 @@ public struct ServerConfiguration: Sendable {
             "cluster_redis_url": "none", "node_id": "host name and port",
             "node_timeout_seconds": String(limits.nodeTimeoutSeconds),
             "cluster_forward_timeout_ms": String(limits.clusterForwardTimeoutMillis),
+            "cluster_event_replay_seconds": String(limits.clusterEventReplaySeconds),
             "alert_ring_repeat_seconds": String(limits.alertRingRepeatSeconds),
             "max_buffered_body_bytes": String(limits.maxBufferedBodyBytes),
         ]

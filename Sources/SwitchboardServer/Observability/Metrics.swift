@@ -142,6 +142,10 @@ public final class Metrics: Sendable {
                 "switchboard_cluster_redis_disconnects_total", "counter",
                 "Connections to the cluster's Redis lost (each reconnects by itself), by which: commands or subscriber.", "connection",
                 ["commands", "subscriber"]),
+            family(
+                "switchboard_cluster_late_events_total", "counter",
+                "User events that crossed nodes late, by outcome: republished (held while Redis was away), caught_up (read back after a lost subscription), dropped (held past cluster_event_replay_seconds).",
+                "outcome", ["republished", "caught_up", "dropped"]),
         ]
     }()
 

@@ -70,10 +70,14 @@ final class LocalDelivery: EventDelivery {
         if let invitation { hub.invitationDelivered(receipts, invitation) }
     }
 
-    /// Delivers to the user's sessions on this node and says where it went.
-    func deliverHere(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, eventID: String? = nil) -> [DeliveryReceipt] {
+    /// Delivers to the user's sessions on this node and says where it went. `openedBy`: only to
+    /// the sessions opened here by then (wall clock, ms).
+    func deliverHere(
+        _ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, eventID: String? = nil, openedBy: Int64? = nil
+    ) -> [DeliveryReceipt] {
         var receipts: [DeliveryReceipt] = []
         for session in hub.sessions.sessions(ofUser: Hub.userKey(appID, identity)) where session.deviceKey != except {
+            if let openedBy, session.openedAtMillis > openedBy { continue }
             if let eventID, !session.note(eventID: eventID) { continue }
             hub.sendEvent(event, to: session)
             receipts.append(DeliveryReceipt(device: session.deviceKey, attached: session.connection != nil))

@@ -82,11 +82,13 @@ extension Hub {
     /// cluster: `<random>.<node id>`, so that any node knows where to ask for it).
     func makeSession(peerID: String, claims: AccessTokenClaims, app: App, secretTag: String) -> Session {
         let limits = configuration.limits
-        return Session(
+        let session = Session(
             peerID: peerID, app: app, claims: claims, secretTag: secretTag,
             resumeToken: RandomID.alphanumeric(32) + (cluster.map { "." + $0.nodeID } ?? ""),
             log: EventLog(capacity: limits.resumeBufferEvents, maxBytes: min(limits.resumeBufferBytes, replayBudget)),
             rate: TokenBucket(rate: limits.messagesPerSecond, burst: limits.messageBurst, now: now))
+        session.openedAtMillis = wallMillis
+        return session
     }
 
     /// The node a resume token names (a cluster's), or nil.

@@ -31,6 +31,9 @@ final class Session {
     /// In a cluster: the ids of the last user events it got (`ClusterDelivery`), so that an
     /// event that reaches it twice while it moves between nodes is delivered once.
     private(set) var recentEventIDs: [String] = []
+    /// When it was opened here (wall clock, ms): the user events a node catches up on after
+    /// losing its subscription go only to sessions that were open when they were published.
+    var openedAtMillis: Int64 = 0
 
     /// Replies waiting for the reply to an earlier request that is answered later (after the
     /// store or another node), so that replies go out in the order their requests arrived.

@@ -110,6 +110,9 @@ public final class RedisConnection: @unchecked Sendable {
     public var onStateChange: ((Bool) -> Void)?
     /// Each `message` a subscribed connection receives: its channel and payload.
     public var onMessage: ((String, [UInt8]) -> Void)?
+    /// Each channel Redis confirms a `SUBSCRIBE` of (in the order they were asked for): from
+    /// then on, whatever is published on it reaches `onMessage`.
+    public var onSubscribed: ((String) -> Void)?
 
     public init(url: RedisURL, loop: EventLoop) {
         self.url = url
@@ -248,17 +251,20 @@ public final class RedisConnection: @unchecked Sendable {
 
     /// A reply on a subscribed connection: a `message` (kind, channel, payload) goes to
     /// `onMessage`, read in place (no `RedisValue` tree: this is every relayed signal's path
-    /// into a node); confirmations of `SUBSCRIBE` and `UNSUBSCRIBE` are dropped.
+    /// into a node); a `SUBSCRIBE`'s confirmation goes to `onSubscribed`; an `UNSUBSCRIBE`'s is
+    /// dropped.
     fileprivate func subscriptionReply(_ reply: UnsafePointer<redisReply>) {
         let reply = reply.pointee
         guard reply.type == sb_redis_reply_array, reply.elements == 3, let kind = reply.element[0]?.pointee,
             let channel = reply.element[1]?.pointee, let payload = reply.element[2]?.pointee,
-            kind.type == sb_redis_reply_string, channel.type == sb_redis_reply_string, payload.type == sb_redis_reply_string,
-            kind.len == 7, let kindText = kind.str, memcmp(kindText, "message", 7) == 0
+            kind.type == sb_redis_reply_string, channel.type == sb_redis_reply_string, let kindText = kind.str
         else { return }
-        onMessage?(
-            String(decoding: UnsafeRawBufferPointer(start: channel.str, count: channel.len), as: UTF8.self),
-            Array(UnsafeRawBufferPointer(start: payload.str, count: payload.len)))
+        let channelName = { String(decoding: UnsafeRawBufferPointer(start: channel.str, count: channel.len), as: UTF8.self) }
+        if kind.len == 7, memcmp(kindText, "message", 7) == 0, payload.type == sb_redis_reply_string {
+            onMessage?(channelName(), Array(UnsafeRawBufferPointer(start: payload.str, count: payload.len)))
+        } else if kind.len == 9, memcmp(kindText, "subscribe", 9) == 0, let onSubscribed {
+            onSubscribed(channelName())
+        }
     }
 
     /// Closes the connection for good (no reconnect). `graceful`: once the commands sent have
