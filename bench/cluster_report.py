@@ -87,6 +87,19 @@ build before) had p99s from 8 to 38 ms, alternating runs of that day's build and
 PostgreSQL's commits: on 2026-12-06, three runs with `fsync` off and then three with it on
 (the setup part alone, by hand) gave two-node reply p99s of 6.4-9.4 ms and 5.6-9.4 ms. A median
 under 10 ms in a table is therefore not the goal met: it is not met reliably.
+
+**Keeping call events (2026-12-06, later).** Each user event is now published by a script
+that also adds it to `sb:events`, so that a node that missed it reads it back (5 per call
+setup, in place of 5 `PUBLISH`es). The setup part alone, by hand, old and new builds
+alternating, three runs each: the cluster's CPU for 10,000 setups across nodes 19.5, 18.4,
+20.4 s before and 20.8, 20.9, 19.7 s after (medians +6%, inside the runs' spread); Redis's
+`EVAL` time per setup went from 104-128 µs to 173-207 µs (`INFO commandstats`, 5,000 setups,
+two runs each), and each kept event holds about 430 bytes of Redis's memory for
+`cluster_event_replay_seconds`. The reply p99 across nodes that hour was 15-58 ms before and
+16-56 ms after (six runs of each, a draft of the script among them), and 21-40 ms in four
+more runs of the new build alternating PostgreSQL's `fsync` off and on, and 7 and 26 ms with
+the default lease and one of 60 s: the bursts above, larger that hour on both builds than in
+the table's run, and still not traced.
 """
 
 
