@@ -722,7 +722,8 @@ struct ClusterTests {
     /// A call event published while a node's subscription is down (Redis closed it, as above,
     /// on a signal too large for its limit, and the caller cancelled right behind it) is read
     /// back from `sb:events` once the node listens again: the callee on that node hears the
-    /// call was cancelled, once, and the node counts it.
+    /// call was cancelled, once, and the node counts it; a device that connected meanwhile
+    /// hears nothing of a call it never saw.
     @Test func aCallEventPublishedWhileANodeDidNotListenReachesItOnceItListensAgain() async throws {
         let cluster = try TestCluster()
         defer { cluster.stop() }
@@ -736,12 +737,16 @@ struct ClusterTests {
         #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
         #expect(try await act(alice, MessageType.callCancel, callID).type == MessageType.ok)
         _ = try await cluster.node(2)?.waitFor(#/(lost the Redis subscription)/#, what: "node 2 to say it lost its subscription")
+        // A device of bob's that connects now (node 2 subscribes again a quarter of a second
+        // after the loss) never saw the call: what is read back is not for it.
+        let bobTwo = try await cluster.connect("bob", device: "b2", node: 2)
         _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
 
         _ = try await event(bob, "call.cancelled", call: callID)
         let caughtUp = try await cluster.node(2)?.waitFor(
             #/caught up on the events published while the subscription was down.*count=(\d+)/#, what: "node 2 to catch up")
         #expect(try await Self.nextEvent(bob, "call.cancelled", call: callID) == nil, "delivered once")
+        try await bobTwo.expectSilence(for: .milliseconds(200))
         let metrics = try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(2))/metrics").text
         #expect(caughtUp.map { Int($0) ?? 0 } ?? 0 > 0)
         #expect(metrics.contains(#"switchboard_cluster_late_events_total{outcome="caught_up"} "# + (caughtUp ?? "")), "\(metrics)")
