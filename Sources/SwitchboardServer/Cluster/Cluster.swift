@@ -285,7 +285,9 @@ package final class Cluster: @unchecked Sendable {
         if let except { message["except"] = .string(except) }
         if let invitation { message["invite"] = ["call": .string(invitation.callID), "callee": .string(invitation.callee)] }
         let channel = Array(Self.userChannel(appID: appID, identity: identity).utf8), bytes = JSONText.serialize(.object(message))
-        guard unpublished.isEmpty, commands?.isConnected == true else { return hold(channel, bytes, atMillis: wallMillis) }
+        guard commands?.isConnected == true else { return hold(channel, bytes, atMillis: wallMillis) }
+        // Those held go first (connected again, or one Redis did not take while connected).
+        publishUnpublished()
         sendEvent(channel, bytes, atMillis: wallMillis)
     }
 
@@ -334,6 +336,7 @@ package final class Cluster: @unchecked Sendable {
 
     /// Redis is back: the events held meanwhile go out, in order.
     private func publishUnpublished() {
+        guard !unpublished.isEmpty else { return }
         dropExpiredEvents()
         guard !unpublished.isEmpty else { return }
         let held = unpublished
