@@ -341,6 +341,7 @@ async function placeCall() {
     state.call = { id: call.call_id, role: "caller", room: call.media && call.media.room, peer: callee, video: call.video };
     $("outgoing-title").textContent = `Calling ${$("callee").value.trim()}…`;
     $("outgoing-panel").hidden = false;
+    $("outgoing-panel").scrollIntoView({ block: "start" });
     setStatus($("call-status"), "calling…");
     log(`calling ${callee} (${call.call_id})`);
   } catch (error) {
@@ -357,6 +358,8 @@ async function handleCallEvent(type, data) {
     $("ring-title").textContent = `${data.caller.name || data.caller.identity} is calling`;
     $("ring-detail").textContent = data.video ? "video call" : "audio call";
     $("ring-panel").hidden = false;
+    // It sits at the top of the page: brought into view wherever the page was scrolled to.
+    $("ring-panel").scrollIntoView({ block: "start" });
     // The ring screen is up: the server's trace shows it (ringing_shown).
     request("call.ack", { call_id: data.call_id }).catch((error) => log(`ack failed: ${error.message}`));
     return;
