@@ -757,6 +757,20 @@ struct ClusterTests {
         do { return try await event(client, type, call: callID, timeout: .milliseconds(500)) } catch is Timeout { return nil }
     }
 
+    /// Redis at `maxmemory` (here a byte, `noeviction`) refuses the script that keeps a call
+    /// event: the event is published all the same, not kept, and the node says so.
+    @Test func aCallEventRedisWillNotKeepIsPublishedAllTheSame() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        let (alice, bob, callID) = try await cluster.aliceRingsBobAcrossTwoNodes()
+        _ = try cluster.redis.command(["CONFIG", "SET", "maxmemory", "1"])
+        #expect(try await act(alice, MessageType.callCancel, callID).type == MessageType.ok)
+        _ = try await event(bob, "call.cancelled", call: callID)
+        _ = try cluster.redis.command(["CONFIG", "SET", "maxmemory", "0"])
+        _ = try await cluster.node(1)?.waitFor(#/(Redis refused to keep an event for other nodes)/#, what: "node 1 to say Redis refused")
+        #expect(try await Self.nextEvent(bob, "call.cancelled", call: callID) == nil, "delivered once")
+    }
+
     /// Call events a node could not publish while Redis was down wait on the node and go out,
     /// in order, once Redis is back; one held longer than `cluster_event_replay_seconds` is
     /// dropped and counted (its callee learns the call's end from `GET /v1/calls/{id}`).
