@@ -103,6 +103,18 @@ the table's run, and still not traced. A draft that published the events made on
 another in one script (8.1 scripts a setup down to 6) did not measurably lower Redis's time:
 146-183 µs of `EVAL` per setup without it, 159-202 µs with it, two runs each; a script's cost
 is mostly its commands, so the simpler build stayed.
+
+Where the tail comes from, by hand the same day (the setup part's layout, 20 s at 500/s,
+`/proc/stat` each second): core 0, where both nodes and Redis run (and PostgreSQL when the
+scheduler puts it there), was 82-96% busy through the run, core 1 (the generator, the sandbox,
+PostgreSQL) 60-70%; one node's run uses about half of core 0. So the two-node row measures a
+queue on a nearly saturated core, and its p99 is that queue's. A build instrumented for it
+(not kept) logged the setups over 10 ms on node A (162 of 10,000) with where their time went:
+on average 6.4 ms reading the callees' devices and block lists from PostgreSQL, 3.5 ms in
+Redis's setup script, 0.3 ms starting the call, and 11.6 ms waiting for the call's commit
+(which one node does not wait for): the database and its commits, on cores the nodes keep
+busy, more than Redis. Meeting the goal here needs either less CPU per setup across nodes
+(2,080 µs against one node's 1,100 µs in these runs) or the nodes on cores of their own.
 """
 
 
