@@ -372,6 +372,31 @@ enum StoreEngine: String, CaseIterable, CustomTestStringConvertible, Sendable {
         return true
     }
 
+    /// SQLite's WAL is copied into the database file by the store's checkpointer, on a thread
+    /// of its own, never inside a commit; the WAL does not grow without bound meanwhile, and what
+    /// was written reads back whole after the store is opened again.
+    @Test func theWALIsCheckpointedOffTheWritersThreadAndStaysBounded() throws {
+        let place = try StoreEngine.Place(.sqlite)
+        let store = try place.open()
+        let wal = place.location + "/switchboard.db-wal"
+        let detail = JSONValue.string(String(repeating: "x", count: 2000))
+        var largest = 0
+        // About 24 MB of trace entries in 120 commits: six times the checkpoint threshold.
+        for batch in 0..<120 {
+            for index in 0..<100 {
+                store.trace(callID: "c\(batch)", user: "bob", device: "b", channel: "voip_push", event: "push_sent", atMillis: Int64(index), detail: detail)
+            }
+            store.flush()
+            largest = max(largest, (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? 0)
+        }
+        #expect(eventually { store.walCheckpoints >= 1 }, "the checkpointer copied the WAL")
+        #expect(largest < 16 << 20, "the WAL started over after checkpoints: at most \(largest) bytes")
+        store.close()
+        let again = try place.open()
+        defer { again.close() }
+        #expect(try again.trace(callID: "c119").count == 100)
+    }
+
     /// Storage that refused writes is tried again after 1 s, 2 s, 4 s, then every 5 s, each
     /// delay a fifth shorter or longer at random.
     @Test func retriesWaitLongerUpToFiveSeconds() {

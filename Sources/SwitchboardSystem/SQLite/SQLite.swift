@@ -70,6 +70,9 @@ public final class SQLiteDatabase: @unchecked Sendable {
     private var handle: OpaquePointer?
     private var statements: [String: OpaquePointer] = [:]
     public let path: String
+    /// Checkpoints this connection's WAL in its place (`checkpoint(by:)`); kept while the
+    /// connection may call it.
+    private var checkpointer: SQLiteCheckpointer?
 
     /// Opens (creating if needed) the database at `path`. A statement waits at most
     /// `busyTimeoutMillis` for a lock another connection holds.
@@ -96,6 +99,20 @@ public final class SQLiteDatabase: @unchecked Sendable {
         statements.removeAll()
         if let handle { sqlite3_close_v2(handle) }
         handle = nil
+        checkpointer = nil
+    }
+
+    /// Leaves this connection's checkpoints to `checkpointer`: a commit that grows the WAL
+    /// past the checkpointer's threshold asks it for one and returns, where SQLite's automatic
+    /// checkpoint would run inside that commit (copying the WAL into the database file and
+    /// syncing both while every later write waits).
+    public func checkpoint(by checkpointer: SQLiteCheckpointer) {
+        guard let handle else { return }
+        self.checkpointer = checkpointer
+        sqlite3_wal_hook(handle, { context, _, _, pages in
+            if let context { Unmanaged<SQLiteCheckpointer>.fromOpaque(context).takeUnretainedValue().walGrew(to: Int(pages)) }
+            return SQLITE_OK
+        }, Unmanaged.passUnretained(checkpointer).toOpaque())
     }
 
     /// Runs one or more statements with no parameters and no results.
@@ -183,5 +200,49 @@ public final class SQLiteDatabase: @unchecked Sendable {
 
     private func error(_ status: Int32) -> SQLiteError {
         SQLiteError(code: status, message: handle.map { String(cString: sqlite3_errmsg($0)) } ?? "no connection")
+    }
+}
+
+/// Checkpoints a WAL database on a thread and a connection of its own, once a commit left
+/// `pages` pages or more in the WAL (SQLite's default threshold: 1,000): passive checkpoints,
+/// which copy what no reader still needs and never wait for the writer nor hold it up. The
+/// WAL starts over from its beginning at the first commit after a checkpoint that copied all
+/// of it.
+public final class SQLiteCheckpointer: Sendable {
+    public let pages: Int
+    private let connection: Locked<SQLiteDatabase?>
+    private let queue = DispatchQueue(label: "switchboard.sqlite.checkpoint")
+    /// A checkpoint is asked for and has not started yet.
+    private let asked = Locked(false)
+    private let done = Locked(0)
+
+    public init(path: String, pages: Int = 1000, busyTimeoutMillis: Int) throws {
+        self.pages = pages
+        connection = Locked(try SQLiteDatabase(path: path, busyTimeoutMillis: busyTimeoutMillis))
+    }
+
+    /// Checkpoints run so far (each copies what it can).
+    public var checkpoints: Int { done.withLock { $0 } }
+
+    /// A commit left `pages` pages in the WAL (on the committing thread: returns at once).
+    fileprivate func walGrew(to pages: Int) {
+        guard pages >= self.pages, asked.withLock({ asked in defer { asked = true }; return !asked }) else { return }
+        queue.async { [self] in
+            asked.withLock { $0 = false }
+            connection.withLock { database in
+                // A checkpoint that cannot run now (the disk full, the file gone) runs at the
+                // next commit past the threshold; the writer reports the storage's problems.
+                if (try? database?.execute("PRAGMA wal_checkpoint(PASSIVE)")) != nil { done.withLock { $0 += 1 } }
+            }
+        }
+    }
+
+    /// Waits for a checkpoint under way and closes the connection.
+    public func close() {
+        queue.sync {}
+        connection.withLock { database in
+            database?.close()
+            database = nil
+        }
     }
 }
