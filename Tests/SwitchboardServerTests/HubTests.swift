@@ -77,6 +77,8 @@ final class HubHarness {
             let done = DispatchSemaphore(value: 0)
             DispatchQueue.global().async { [store] in
                 store.waitForRequests()
+                // A call's reply waits for its write: what is queued is committed first.
+                store.flush()
                 done.signal()
             }
             guard done.wait(timeout: .now() + .seconds(10 * testSlowdown)) == .success else {
@@ -257,6 +259,39 @@ final class HubHarness {
         let entries = try #require(try history?.get().entries)
         #expect(entries.map { $0["call_id"]?.stringValue } == [callID], "once, as ended")
         #expect(entries.first?["outcome"] == "completed")
+    }
+
+    /// On one node a call's events go out at once, but the `ok` of its creation, and of an
+    /// answer, comes only once that state is stored: a client told of a call (or that its answer
+    /// counted) finds it so in the history after a `kill -9`, never "no such call".
+    @Test func aCallActionIsAcknowledgedOnceStoredWhileItsEventsGoOutAtOnce() throws {
+        let h = try HubHarness()
+        let alice = h.connect("alice", device: "a-phone")
+        let bob = h.connect("bob", device: "b-phone")
+        // Another connection holds SQLite's write lock: the store's writes wait for it.
+        let blocker = try SQLiteDatabase(path: h.store.path)
+        try blocker.execute("BEGIN IMMEDIATE")
+        h.send(alice, MessageType.callCreate, ["callees": ["bob"]])
+        h.store.waitForRequests()  // the setup's read (not the write, which waits for the lock)
+        h.scheduler.runPending()
+        let invite = try #require(h.output.take(bob).first { $0["type"] == "call.incoming" }, "bob rings before the call is written")
+        let callID = try #require(invite["data"]?["call_id"]?.stringValue)
+        #expect(!h.output.types(alice).contains("ok"), "no ok while the call waits to be written")
+        try blocker.execute("COMMIT")
+        h.store.flush()
+        h.settle()
+        #expect(h.output.take(alice).first { $0["type"] == "ok" }?["data"]?["call_id"]?.stringValue == callID)
+
+        try blocker.execute("BEGIN IMMEDIATE")
+        h.send(bob, MessageType.callAnswer, ["call_id": .string(callID)])
+        h.scheduler.runPending()
+        #expect(h.output.types(alice).contains("call.accepted"))
+        #expect(!h.output.types(bob).contains("ok"), "no ok while the answer waits to be written")
+        try blocker.execute("COMMIT")
+        h.store.flush()
+        h.settle()
+        #expect(h.output.types(bob).contains("ok"))
+        #expect(try h.store.callSummary(id: callID, appID: h.app.id)?.summary["state"] == "accepted")
     }
 
     /// An iPhone without CallKit rings by a visible alert, and at the ring timeout gets a

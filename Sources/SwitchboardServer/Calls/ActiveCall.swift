@@ -25,8 +25,9 @@ final class ActiveCall {
     var unattendedTimer: TimerID?
     /// Read by the call's push tasks (no retry once it stops ringing); set on the loop.
     let ringing = RingFlag()
-    /// In a cluster: the call's batches of effects and replies, in order, each run once it is
-    /// ready (a batch that saves the call, once the save is written: `Hub.perform`).
+    /// The call's batches of effects (in a cluster) and replies, in order, each run once it is
+    /// ready (a batch that saves the call, or on one node a mark for it, once the save is
+    /// written: `Hub.perform`).
     private var outbox: [(id: Int, ready: Bool, run: () -> Void)] = []
     private var lastEntry = 0
 

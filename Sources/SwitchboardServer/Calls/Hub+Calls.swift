@@ -78,10 +78,11 @@ extension Hub {
                         return answerWithEarlierCall(earlier, appID: appID, answer: answer)
                     }
                     do throws(ErrorBody) {
-                        let result = try startCall(request, id: id, caller: caller, app: app, device: device, seat: seat, callees: callees,
-                            timeout: timeout, idempotency: idempotency, needs: needs, presence: presence, setup: setup)
-                        // Answered once the call is stored (in a cluster: a node taking it over knows it).
-                        guard let made = result["call_id"]?.stringValue, let call = calls[made] else { return answer(.success(result)) }
+                        let (result, call) = try startCall(request, id: id, caller: caller, app: app, device: device, seat: seat,
+                            callees: callees, timeout: timeout, idempotency: idempotency, needs: needs, presence: presence, setup: setup)
+                        // Answered once the call is stored (a node taking it over, or this one
+                        // restarted, knows it), even when it ended at once (every callee busy).
+                        guard let call = call ?? result["call_id"]?.stringValue.flatMap({ calls[$0] }) else { return answer(.success(result)) }
                         whenStored(call) { answer(.success(result)) }
                     } catch {
                         if let key = request.idempotencyKey, presence != nil {
@@ -124,10 +125,10 @@ extension Hub {
     private func startCall(
         _ request: CallCreateRequest, id: String, caller: AccessTokenClaims, app: App, device: String?, seat: String?, callees: [String],
         timeout: Int, idempotency: String?, needs: CallPrerequisites, presence: Cluster.Presence?, setup: CallSetupClock
-    ) throws(ErrorBody) -> JSONValue {
+    ) throws(ErrorBody) -> (JSONValue, made: ActiveCall?) {
         // The same key again (a request that raced this one may have made the call meanwhile).
-        if let idempotency, let existing = callIdempotency[idempotency], let call = calls[existing] { return describe(call) }
-        if let earlier = needs.earlier { return earlier }
+        if let idempotency, let existing = callIdempotency[idempotency], let call = calls[existing] { return (describe(call), nil) }
+        if let earlier = needs.earlier { return (earlier, nil) }
 
         // Who may ring whom: block lists, then rate limits. A refused invite sends nothing.
         if let callee = needs.blockedBy {
@@ -173,7 +174,7 @@ extension Hub {
         armDurationTimer(call)
         perform(call, call.state.start(nowMillis: wallMillis), setup: setup)
         setup.end()
-        return describe(call)
+        return (describe(call), call)
     }
 
     /// Ends `call` `max_call_duration_seconds` after it started (on the wall clock: a call
@@ -453,9 +454,21 @@ extension Hub {
     /// write, and every later batch and reply of the call waits behind it, in order
     /// (`ActiveCall.outbox`). A caller never hears "accepted" of an answer a node taking the
     /// call over would not know.
+    ///
+    /// On one node nobody continues the call, so its events go out at once; a reply still waits
+    /// for the write (`whenStored`): a client told its call exists, or was answered, finds it so
+    /// in the history after a `kill -9`. While the store refuses writes (they wait in memory,
+    /// `store_backlog_writes`) replies do not wait for them.
     func perform(_ call: ActiveCall, _ effects: [CallState.Effect], setup: CallSetupClock? = nil) {
         indexAnswered(call)
-        guard let cluster else { return carryOut(call, effects, setup: setup) }
+        guard let cluster else {
+            guard effects.contains(.save), store.storageProblem == nil else { return carryOut(call, effects, setup: setup) }
+            let entry = call.enqueue(ready: false) {}
+            return carryOut(call, effects, setup: setup) { [weak self] in
+                call.markReady(entry)
+                self?.drain(call)
+            }
+        }
         if effects.contains(.save) {
             cluster.markRinging(
                 appID: call.state.appID, callees: call.state.callees, ringing: Set(call.state.ringingCallees), callID: call.state.id,
@@ -480,8 +493,8 @@ extension Hub {
         drain(call)
     }
 
-    /// Runs `body` once everything the call did before is stored and carried out (at once on
-    /// one node): a reply to a call action goes after the events it caused.
+    /// Runs `body` once everything the call did before is stored and carried out: a reply to a
+    /// call action goes after the events it caused and once the state it reports is stored.
     func whenStored(_ call: ActiveCall, _ body: @escaping () -> Void) {
         _ = call.enqueue(ready: true, body)
         drain(call)
@@ -491,7 +504,8 @@ extension Hub {
         while let next = call.takeReady() { next() }
     }
 
-    /// Writes the call as it stands; `stored` runs on the loop once it is written.
+    /// Writes the call as it stands; `stored` runs on the loop once it is written (on one node,
+    /// or once the storage refused it and it waits in memory: the call goes on meanwhile).
     private func save(_ call: ActiveCall, setup: CallSetupClock?, stored: (() -> Void)? = nil) {
         setup?.begin()
         let stored = stored.map(LoopBound.init)
@@ -505,10 +519,11 @@ extension Hub {
         }
         store.saveCall(
             call.state, idempotencyKey: call.request.idempotencyKey, leaseUntilMillis: leaseUntilMillis,
-            continuation: cluster == nil ? nil : call.continuation, written: written)
+            continuation: cluster == nil ? nil : call.continuation, written: written, settledWhenKept: cluster == nil)
     }
 
-    private func carryOut(_ call: ActiveCall, _ effects: [CallState.Effect], setup: CallSetupClock?) {
+    /// `stored`: runs on the loop once the batch's save is written.
+    private func carryOut(_ call: ActiveCall, _ effects: [CallState.Effect], setup: CallSetupClock?, stored: (() -> Void)? = nil) {
         for effect in effects {
             switch effect {
             case .notify(let identity, let event, let except):
@@ -529,7 +544,7 @@ extension Hub {
                 if let timer = call.ringTimer { scheduler?.cancel(timer) }
                 call.ringTimer = nil
             case .save:
-                save(call, setup: setup)
+                save(call, setup: setup, stored: stored)
             case .recordHistory:
                 store.recordHistory(call.state, video: call.video)
             case .finished:

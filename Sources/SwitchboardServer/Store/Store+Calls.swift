@@ -13,7 +13,8 @@ extension Store {
     /// runs on the writer once it is stored.
     /// `continuation`: what another node needs to continue the call (in a cluster).
     func saveCall(
-        _ state: CallState, idempotencyKey: String?, leaseUntilMillis: Int64, continuation: String? = nil, written: (@Sendable () -> Void)? = nil
+        _ state: CallState, idempotencyKey: String?, leaseUntilMillis: Int64, continuation: String? = nil, written: (@Sendable () -> Void)? = nil,
+        settledWhenKept: Bool = false
     ) {
         let summary = JSONText.string(state.summary)
         let callees = JSONText.string(.array(state.callees.map(JSONValue.string)))
@@ -29,7 +30,7 @@ extension Store {
             [.text(state.id), .text(state.appID), .text(state.caller), .text(callees), .text(phase), .text(summary),
              .integer(state.createdAtMillis), idempotencyKey.map(SQLValue.text) ?? .null, .text(owner), .integer(leaseUntilMillis),
              state.isEnded ? .null : continuation.map(SQLValue.text) ?? .null])],
-            written: written)
+            written: written, settledWhenKept: settledWhenKept)
     }
 
     /// Gives up this store's `owner`'s hold on calls `ids` (a node draining): another server

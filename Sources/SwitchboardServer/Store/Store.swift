@@ -202,6 +202,9 @@ public final class Store: Sendable {
         var statements: [SQLStatement] = []
         var body: (@Sendable (any SQLDatabase) throws -> Void)?
         var written: (@Sendable () -> Void)?
+        /// `written` runs also when the storage refuses the write and it waits in memory
+        /// (`keep`), not only once it is committed.
+        var settledWhenKept = false
 
         func run(on database: any SQLDatabase) throws {
             if let body { return try body(database) }
@@ -478,10 +481,11 @@ public final class Store: Sendable {
     }
 
     /// Queues `statements`, written in one transaction in order with every other write;
-    /// `written` runs on the writer once they are committed (or lost to an error of their own). Statements travel to the database
-    /// with the others of their batch in one round trip.
-    public func enqueue(_ what: String, statements: [SQLStatement], written: (@Sendable () -> Void)? = nil) {
-        enqueue(Write(what: what, statements: statements, written: written))
+    /// `written` runs on the writer once they are committed (or lost to an error of their own;
+    /// `settledWhenKept`: or kept in memory while the storage refuses writes). Statements travel
+    /// to the database with the others of their batch in one round trip.
+    public func enqueue(_ what: String, statements: [SQLStatement], written: (@Sendable () -> Void)? = nil, settledWhenKept: Bool = false) {
+        enqueue(Write(what: what, statements: statements, written: written, settledWhenKept: settledWhenKept))
     }
 
     private func enqueue(_ write: Write) {
@@ -583,6 +587,11 @@ public final class Store: Sendable {
 
     /// Writer queue only.
     private func keep(_ write: Write) {
+        var write = write
+        if write.settledWhenKept, let written = write.written {
+            write.written = nil
+            written()
+        }
         let dropped = backlog.withLock { backlog -> Bool in
             backlog.writes.append(write)
             guard backlog.writes.count > backlogLimit else { return false }
