@@ -868,6 +868,27 @@ struct ClusterTests {
         #expect(try await act(aliceOne, MessageType.callCancel, second).type == MessageType.ok)
         let third = try await aliceTwo.request(MessageType.callCreate, id: "c3", encoding: CallCreateRequest(callees: ["bob"]))
         #expect(third.error?.code == .rateLimited, "the third call to bob this minute, through the other node: \(third)")
+
+        // A call a block list refuses counts no invite (the node asks Redis and the store at
+        // once, and takes the count back): carol blocks alice, is called twice, unblocks her,
+        // and still gets the two calls a minute allows.
+        let block = { (identities: [String]) in
+            try await HTTPClient.request(
+                "PUT", "http://127.0.0.1:\(cluster.port(2))/v1/users/me/blocked", headers: [("Authorization", "Bearer " + cluster.token("carol"))],
+                body: JSONText.serialize(.object(["identities": .array(identities.map(JSONValue.string))])))
+        }
+        _ = try await cluster.connect("carol", device: "c", node: 1)
+        let blocked = try await block(["alice"])
+        #expect(blocked.status == 204, "\(blocked.status) \(blocked.text)")
+        for (index, client) in [aliceOne, aliceTwo].enumerated() {
+            let refused = try await client.request(MessageType.callCreate, id: .string("b\(index)"), encoding: CallCreateRequest(callees: ["carol"]))
+            #expect(refused.error?.code == .forbidden, "\(refused)")
+        }
+        #expect(try await block([]).status == 204)
+        for (index, client) in [aliceOne, aliceTwo].enumerated() {
+            let made = try await call(client, to: ["carol"])
+            #expect(try await act(client, MessageType.callCancel, made).type == MessageType.ok, "call \(index + 1) to carol")
+        }
     }
 
     /// `connects_per_identity_per_minute` counts an identity's connects across the nodes: the

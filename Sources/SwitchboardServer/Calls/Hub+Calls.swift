@@ -54,6 +54,53 @@ extension Hub {
         }
         pendingCallSetups += 1
         let (appID, callerID) = (app.id, caller.sub)
+        let id = RandomID.uuid().uuidString.lowercased()
+        // What the store says (block lists, devices) and, in a cluster, what Redis says (who is
+        // connected or in a call on other nodes, the cluster's invite limits and idempotency
+        // keys) are asked for at once; the call starts once both answered. Without an answer
+        // from Redis, this node's own knowledge counts.
+        var read: Result<CallPrerequisites, any Error>?
+        var asked: Cluster.Presence?? = cluster == nil ? .some(nil) : nil
+        let proceed = { [weak self] in
+            guard let self, let read, let presence = asked else { return }
+            // An invite Redis counted for a call that does not start (a block list refuses it,
+            // the store could not say) counts no longer: a refused invite is no invite.
+            let uncount = { [weak self] in
+                guard presence?.admitted == true, presence?.earlierCall == nil else { return }
+                self?.cluster?.uncountInvite(appID: appID, caller: callerID, callees: callees, idempotencyKey: request.idempotencyKey, callID: id)
+            }
+            let needs: CallPrerequisites
+            do { needs = try read.get() } catch {
+                logger.error("call setup read failed", ["app": appID, "error": "\(error)"])
+                uncount()
+                return answer(.failure(.storeRead(error, reading: "the callees' devices")))
+            }
+            if needs.blockedBy != nil { uncount() }
+            if needs.blockedBy == nil, let earlier = presence?.earlierCall, earlier != id {
+                return answerWithEarlierCall(earlier, appID: appID, answer: answer)
+            }
+            do throws(ErrorBody) {
+                let (result, call) = try startCall(request, id: id, caller: caller, app: app, device: device, seat: seat,
+                    callees: callees, timeout: timeout, idempotency: idempotency, needs: needs,
+                    presence: needs.blockedBy == nil ? presence : nil, setup: setup)
+                // Answered once the call is stored (a node taking it over, or this one
+                // restarted, knows it), even when it ended at once (every callee busy).
+                guard let call = call ?? result["call_id"]?.stringValue.flatMap({ calls[$0] }) else { return answer(.success(result)) }
+                whenStored(call) { answer(.success(result)) }
+            } catch {
+                if let key = request.idempotencyKey, presence != nil {
+                    cluster?.forgetIdempotencyKey(appID: appID, caller: callerID, key: key, callID: id)
+                }
+                answer(.failure(error))
+            }
+        }
+        cluster?.callSetup(
+            callees: callees, appID: appID, caller: callerID, idempotencyKey: request.idempotencyKey, callID: id, limits: configuration.limits,
+            nowMillis: wallMillis
+        ) { presence in
+            asked = .some(presence)
+            proceed()
+        }
         // Block lists and devices are never queued writes: only an earlier call's record is.
         withStore(for: appID, { store in
             var needs = CallPrerequisites(devices: [:])
@@ -61,45 +108,9 @@ extension Hub {
             (needs.blockedBy, needs.devices) = try store.ringList(callerID, callees: callees, appID: appID)
             return needs
         }, afterQueuedWrites: earlierID != nil) { [weak self] result in
-            guard let self else { return }
-            pendingCallSetups -= 1
-            do throws(ErrorBody) {
-                let needs: CallPrerequisites
-                do { needs = try result.get() } catch {
-                    logger.error("call setup read failed", ["app": appID, "error": "\(error)"])
-                    throw .storeRead(error, reading: "the callees' devices")
-                }
-                // In a cluster, who is connected or in a call on other nodes counts too (Redis);
-                // without an answer from it, this node's own knowledge.
-                let id = RandomID.uuid().uuidString.lowercased()
-                let start = { [weak self] (presence: Cluster.Presence?) in
-                    guard let self else { return }
-                    if let earlier = presence?.earlierCall, earlier != id {
-                        return answerWithEarlierCall(earlier, appID: appID, answer: answer)
-                    }
-                    do throws(ErrorBody) {
-                        let (result, call) = try startCall(request, id: id, caller: caller, app: app, device: device, seat: seat,
-                            callees: callees, timeout: timeout, idempotency: idempotency, needs: needs, presence: presence, setup: setup)
-                        // Answered once the call is stored (a node taking it over, or this one
-                        // restarted, knows it), even when it ended at once (every callee busy).
-                        guard let call = call ?? result["call_id"]?.stringValue.flatMap({ calls[$0] }) else { return answer(.success(result)) }
-                        whenStored(call) { answer(.success(result)) }
-                    } catch {
-                        if let key = request.idempotencyKey, presence != nil {
-                            cluster?.forgetIdempotencyKey(appID: appID, caller: callerID, key: key, callID: id)
-                        }
-                        answer(.failure(error))
-                    }
-                }
-                // In a cluster, who is connected or in a call on other nodes counts too, the
-                // invite limits and idempotency keys are the cluster's (Redis); without an answer
-                // from it, this node's own knowledge.
-                // A call a block list refuses is refused before the cluster counts an invite.
-                guard let cluster, needs.blockedBy == nil else { return start(nil) }
-                cluster.callSetup(
-                    callees: callees, appID: appID, caller: callerID, idempotencyKey: request.idempotencyKey, callID: id, limits: configuration.limits,
-                    nowMillis: wallMillis, then: start)
-            } catch { answer(.failure(error)) }
+            self?.pendingCallSetups -= 1
+            read = result
+            proceed()
         }
     }
 

@@ -71,9 +71,18 @@ extension Cluster {
 
     /// A call refused after it took an idempotency key: the key is free again (if still its).
     func forgetIdempotencyKey(appID: String, caller: String, key: String, callID: String) {
-        commands?.send(
+        sendIgnoringReply(
             ["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1",
-             "sb:idem:" + appID + ":" + caller + ":" + key, callID]) { _ in }
+             "sb:idem:" + appID + ":" + caller + ":" + key, callID])
+    }
+
+    /// An invite `callSetup` counted for call `callID`, which did not start (a block list
+    /// refused it): it counts no longer, and its idempotency key is free again.
+    func uncountInvite(appID: String, caller: String, callees: [String], idempotencyKey: String?, callID: String) {
+        for key in ["sb:inv:" + appID + ":" + caller] + callees.map({ "sb:inv:" + appID + ":" + caller + ":" + $0 }) {
+            sendIgnoringReply(["ZREM", key, callID])
+        }
+        if let idempotencyKey { forgetIdempotencyKey(appID: appID, caller: caller, key: idempotencyKey, callID: callID) }
     }
 
     /// An idempotency key and the invite limits over the last minute, in one step. KEYS[1]: the
@@ -141,7 +150,7 @@ extension Cluster {
 
     /// Holds a call created here for this node until `untilMillis` (`renew` keeps it).
     func hold(callID: String, untilMillis: Int64, nowMillis: Int64) {
-        commands?.send(["EVAL", Self.holdScript, "1", Self.callKey(callID), nodeID, String(max(1, untilMillis - nowMillis))]) { _ in }
+        sendIgnoringReply(["EVAL", Self.holdScript, "1", Self.callKey(callID), nodeID, String(max(1, untilMillis - nowMillis))])
     }
 
     /// Renews this node's hold on `calls` in one command (a batch of the lease renewal), and
@@ -189,7 +198,7 @@ extension Cluster {
 
     /// The call ended: its key goes (when still this node's).
     func release(callID: String) {
-        commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.callKey(callID), nodeID]) { _ in }
+        sendIgnoringReply(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.callKey(callID), nodeID])
     }
 
     /// Which of `callees` call `callID` rings now (until `untilMillis`, the end of its ring: a
@@ -201,7 +210,7 @@ extension Cluster {
             if ringing.contains(callee) {
                 mark(key, callID: callID, untilMillis: untilMillis)
             } else {
-                commands?.send(["ZREM", key, callID]) { _ in }
+                sendIgnoringReply(["ZREM", key, callID])
             }
         }
     }
@@ -209,9 +218,9 @@ extension Cluster {
     /// Adds `callID` to a set of marks until `untilMillis`; the set's key lasts at least that
     /// long (never shortened: another call's mark in it may last longer).
     private func mark(_ key: String, callID: String, untilMillis: Int64) {
-        commands?.send(["ZADD", key, String(untilMillis), callID]) { _ in }
-        commands?.send(["PEXPIREAT", key, String(untilMillis), "NX"]) { _ in }
-        commands?.send(["PEXPIREAT", key, String(untilMillis), "GT"]) { _ in }
+        sendIgnoringReply(["ZADD", key, String(untilMillis), callID])
+        sendIgnoringReply(["PEXPIREAT", key, String(untilMillis), "NX"])
+        sendIgnoringReply(["PEXPIREAT", key, String(untilMillis), "GT"])
     }
 
     /// The calls ringing for `identity` now, on any node.
@@ -236,7 +245,7 @@ extension Cluster {
         if let untilMillis {
             mark(key, callID: callID, untilMillis: untilMillis)
         } else {
-            commands?.send(["ZREM", key, callID]) { _ in }
+            sendIgnoringReply(["ZREM", key, callID])
         }
     }
 

@@ -409,6 +409,12 @@ package final class Cluster: @unchecked Sendable {
 
     private static let publish = Array("PUBLISH".utf8)
 
+    /// A command whose reply nobody reads (a mark, a key given up): Redis leaves the reply out
+    /// where it can (`RedisConnection.sendIgnoringReply`), nothing waits for it here.
+    func sendIgnoringReply(_ arguments: [String]) {
+        commands?.sendIgnoringReply(arguments.map { Array($0.utf8) })
+    }
+
     /// Asks node `node` to carry out `op` (`Hub.clusterRequest`); `answer` hears its answer, or
     /// `ownerGone` after `cluster_forward_timeout_ms`, or at once when no node listens on its
     /// channel.
