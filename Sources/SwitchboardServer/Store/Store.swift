@@ -157,6 +157,11 @@ public final class Store: Sendable {
         """
         ALTER TABLE devices ADD COLUMN ringtone TEXT;
         """,
+        // 11: the sweep finds the live calls given up (lease 0) or never leased without reading
+        // every live call (`Store.narrowed`).
+        """
+        CREATE INDEX calls_unended_lease ON calls (lease_until) WHERE state != 'ended';
+        """,
     ]
 
     /// Which database the store runs on.
