@@ -103,8 +103,12 @@ setup_run() {  # setup_run NAME CALLER_PORT CALLEE_PORT PIDS...: a warm-up, then
   local before=0 after=0 pid
   for pid in "$@"; do before=$((before + $(cpu_ticks "$pid"))); done
   local start_steal; start_steal=$(steal_ticks)
+  # CLUSTER_SETUP_TIMELINES=DIR: each run's replies, when sent and how long each took, in DIR
+  local timeline=()
+  [ -z "${CLUSTER_SETUP_TIMELINES:-}" ] || timeline=(--timeline "$CLUSTER_SETUP_TIMELINES/$name-$(date +%H%M%S).txt")
   taskset -c 1 "$bin/switchboard-bench" calls --server "ws://127.0.0.1:$caller" --callee-server "ws://127.0.0.1:$callee" \
-    --api-key "$cluster_key" --api-secret "$cluster_secret" --rate "$setup_rate" --seconds "$setup_seconds" --cancel-at-end >"$out/setup-result"
+    --api-key "$cluster_key" --api-secret "$cluster_secret" --rate "$setup_rate" --seconds "$setup_seconds" --cancel-at-end \
+    "${timeline[@]}" >"$out/setup-result"
   for pid in "$@"; do after=$((after + $(cpu_ticks "$pid"))); done
   local end_steal; end_steal=$(steal_ticks)
   python3 bench/run_row.py "$name" "$out/setup-result" --server-ticks "$((after - before))" \

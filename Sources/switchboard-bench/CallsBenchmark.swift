@@ -4,7 +4,7 @@
 //
 //   switchboard-bench calls --server ws://HOST:PORT --api-key K --api-secret S [--rate PER_SECOND]
 //       [--seconds N] [--callers C] [--callees D] [--ring-timeout S] [--callee-server ws://HOST:PORT]
-//       [--cancel-at-end]
+//       [--cancel-at-end] [--timeline FILE]
 //
 // Registers D callees (500), each with an iOS device and a VoIP token, then C callers (50) start
 // calls at the given rate (500) for N seconds (20), round robin over callees; each call rings
@@ -17,7 +17,9 @@
 // whose invite arrived, waited for at most 5 s after the last reply). With --cancel-at-end each
 // caller then cancels its calls, and the run waits for the replies (at most 30 s), so that no
 // call of this run is left ringing in a store the next run shares (a server sweeping up a
-// stopped server's calls would be measured with it).
+// stopped server's calls would be measured with it). --timeline writes one line per reply to
+// FILE, "SENT_US LATENCY_US" (microseconds from the first call, whose wall-clock time is on the
+// first line), to see when slow replies came.
 
 import Foundation
 import SwitchboardProtocol
@@ -35,6 +37,7 @@ func benchCalls(_ arguments: [String]) async throws {
     let ringTimeout = Int(option("ring-timeout", in: arguments) ?? "120") ?? 120
     let calleeServer = option("callee-server", in: arguments)
     let cancelAtEnd = arguments.contains("--cancel-at-end")
+    let timeline = option("timeline", in: arguments)
     func token(_ identity: String) -> String {
         target.token(for: identity, grants: SwitchboardProtocol.Grants(call: true))
     }
@@ -64,6 +67,13 @@ func benchCalls(_ arguments: [String]) async throws {
     calls.cancelAtEnd = cancelAtEnd
     let elapsed = await withCheckedContinuation { (done: CheckedContinuation<Double, Never>) in
         loop.execute { calls.start(done) }
+    }
+    if let timeline {
+        let first = calls.sentAt.first ?? 0
+        // The first call's wall-clock time, to line the replies up with other records.
+        let startedAtMillis = Int64(Date().timeIntervalSince1970 * 1000) - Int64((monotonicMicros() &- first) / 1000)
+        let lines = "# first call at \(startedAtMillis) ms since 1970\n" + calls.replied.map { "\($0.sent &- first) \($0.latency)\n" }.joined()
+        try lines.write(toFile: timeline, atomically: true, encoding: .utf8)
     }
     let replies = calls.replyLatencies.sorted()
     var line = #"{"calls_per_second": \#(Int(Double(calls.created) / elapsed)), "created": \#(calls.created), "failed": \#(calls.failed), "seconds": \#(String(format: "%.3f", elapsed)), "rate": \#(rate), "reply_p50_us": \#(percentile(0.5, of: replies)), "reply_p99_us": \#(percentile(0.99, of: replies))"#
@@ -96,6 +106,8 @@ final class CallRun: @unchecked Sendable {
     var firstError: String?
     var sentAt: [UInt64]
     var replyLatencies: [UInt64] = []
+    /// Each reply's send time and latency, in the order they came (`--timeline`).
+    var replied: [(sent: UInt64, latency: UInt64)] = []
     /// From `call.create` sent to `call.incoming` received, one per call whose both ends are known.
     var inviteLatencies: [UInt64] = []
     /// Calls known from one end only, by call id: the reply or the invite came first.
@@ -175,6 +187,7 @@ final class CallRun: @unchecked Sendable {
                 if ok {
                     created += 1
                     replyLatencies.append(monotonicMicros() &- sentAt[id])
+                    replied.append((sentAt[id], replyLatencies[replyLatencies.count - 1]))
                     if cancelAtEnd, let callID = Self.quickCallID(in: text) { createdIDs[id] = callID }
                     if timesInvites, let callID = Self.callID(in: text) { see(callID, .sent(at: sentAt[id])) }
                 } else {
