@@ -210,6 +210,8 @@ public final class SQLiteDatabase: @unchecked Sendable {
 /// of it.
 public final class SQLiteCheckpointer: Sendable {
     public let pages: Int
+    private let path: String
+    private let busyTimeoutMillis: Int
     private let connection: Locked<SQLiteDatabase?>
     private let queue = DispatchQueue(label: "switchboard.sqlite.checkpoint")
     /// A checkpoint is asked for and has not started yet.
@@ -218,6 +220,8 @@ public final class SQLiteCheckpointer: Sendable {
 
     public init(path: String, pages: Int = 1000, busyTimeoutMillis: Int) throws {
         self.pages = pages
+        self.path = path
+        self.busyTimeoutMillis = busyTimeoutMillis
         connection = Locked(try SQLiteDatabase(path: path, busyTimeoutMillis: busyTimeoutMillis))
     }
 
@@ -230,9 +234,18 @@ public final class SQLiteCheckpointer: Sendable {
         queue.async { [self] in
             asked.withLock { $0 = false }
             connection.withLock { database in
-                // A checkpoint that cannot run now (the disk full, the file gone) runs at the
-                // next commit past the threshold; the writer reports the storage's problems.
-                if (try? database?.execute("PRAGMA wal_checkpoint(PASSIVE)")) != nil { done.withLock { $0 += 1 } }
+                // A checkpoint that cannot run now (the disk full or read-only, the file gone)
+                // runs at the next commit past the threshold, on a connection opened again (one
+                // opened on a read-only disk stays read-only); the writer reports the storage's
+                // problems.
+                do {
+                    if database == nil { database = try SQLiteDatabase(path: path, busyTimeoutMillis: busyTimeoutMillis) }
+                    try database?.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    done.withLock { $0 += 1 }
+                } catch {
+                    database?.close()
+                    database = nil
+                }
             }
         }
     }
