@@ -132,6 +132,23 @@ table's: two-node reply p50 4.04, 3.49, 3.07 ms against 4.88, 5.87, 3.38 ms, p99
 34.5 ms against 46.8, 51.5, 41.1 ms, the cluster's CPU for the run 21.2, 22.7, 20.9 s against
 21.5, 22.5, 20.5 s: no difference the runs' spread can show. The same runs' one-node reply p50
 went from 0.99-1.44 ms to 2.07-2.78 ms, as one node's reply now waits for its commit too.
+
+**Where the bursts came from (2026-12-06, later).** `switchboard-bench calls --timeline` (each
+reply's send time and latency) beside each process's CPU sampled every 50 ms showed the
+bursts of slow setups every 1.3 s, a third of `call_lease_seconds`, each with a spike of one
+PostgreSQL backend: every node's sweep for abandoned calls matched every live call's row
+(10,000 by the end of a run, with their continuations) against the lease condition, a table
+scan of 30-60 ms of PostgreSQL's time, twice a period, and the setups committing meanwhile
+waited. The sweep now finds the owners of live calls through an index, and reads only the
+calls of owners that stopped renewing and those given up. What was left came with Redis's
+spikes at the same period: the lease renewals, 200 calls to a command but at most 5 ms apart,
+so 10,000 calls' renewals took a quarter of a second of every period; they are now spread over
+half of it, as this design meant. Two-node setup part, the session's first build and its last
+alternating, three runs each: reply p99 27.3, 29.4, 34.4 ms before and 10.2, 10.2, 13.0 ms after;
+invite p99 30.4, 33.4, 40.4 ms before and 11.6, 12.0, 14.7 ms after; reply p50 2.7-3.3 ms before
+and 2.3-3.7 ms after; the cluster's CPU 19.4-21.8 s before and 19.9-22.0 s after. The goal of
+10 ms is nearly met on this layout, not reliably. The same runs' one-node reply p99 rose from
+2.7-5.8 ms to 6.6-11.7 ms, as one node's reply now waits for its durable commit too.
 """
 
 
