@@ -45,6 +45,9 @@ def main():
     run = secrets.token_hex(4)
     caller = session(url_a, key, secret, f"caller-{run}")
     callee = session(url_b, key, secret, f"callee-{run}")
+    # The callee's session is open (and its node listens for it) once welcomed: a call placed
+    # before that may find nobody to ring.
+    wait_for(callee, lambda m: m.get("type") == "session.welcome")
     caller.send(json.dumps({"type": "call.create", "id": 1, "data": {"callees": [f"callee-{run}"], "ring_timeout_seconds": 120}}))
     reply = wait_for(caller, lambda m: m.get("id") == 1)
     if reply.get("type") != "ok":
