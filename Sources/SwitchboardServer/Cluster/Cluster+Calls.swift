@@ -35,7 +35,7 @@ extension Cluster {
         }
         // The idempotency key first: a retry of a call made already counts as no new invite.
         let idempotency = idempotencyKey.map { "sb:idem:" + appID + ":" + caller + ":" + $0 } ?? "sb:idem:-"
-        let inviteKeys = [idempotency, "sb:inv:" + appID + ":" + caller] + identities.map { "sb:inv:" + appID + ":" + caller + ":" + $0 }
+        let inviteKeys = [idempotency] + Self.inviteKeys(appID: appID, caller: caller, callees: identities)
         commands.send(
             ["EVAL", Self.inviteScript, String(inviteKeys.count)] + inviteKeys
                 + [String(nowMillis), String(limits.invitesPerMinute), String(limits.invitesPerPairPerMinute), callID, idempotencyKey == nil ? "0" : "1"]
@@ -79,10 +79,13 @@ extension Cluster {
     /// An invite `callSetup` counted for call `callID`, which did not start (a block list
     /// refused it): it counts no longer, and its idempotency key is free again.
     func uncountInvite(appID: String, caller: String, callees: [String], idempotencyKey: String?, callID: String) {
-        for key in ["sb:inv:" + appID + ":" + caller] + callees.map({ "sb:inv:" + appID + ":" + caller + ":" + $0 }) {
-            sendIgnoringReply(["ZREM", key, callID])
-        }
+        for key in Self.inviteKeys(appID: appID, caller: caller, callees: callees) { sendIgnoringReply(["ZREM", key, callID]) }
         if let idempotencyKey { forgetIdempotencyKey(appID: appID, caller: caller, key: idempotencyKey, callID: callID) }
+    }
+
+    /// The sorted sets of invites a call setup counts in: the caller's, then each pair's.
+    private static func inviteKeys(appID: String, caller: String, callees: [String]) -> [String] {
+        ["sb:inv:" + appID + ":" + caller] + callees.map { "sb:inv:" + appID + ":" + caller + ":" + $0 }
     }
 
     /// An idempotency key and the invite limits over the last minute, in one step. KEYS[1]: the
