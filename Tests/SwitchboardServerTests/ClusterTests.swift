@@ -329,6 +329,62 @@ struct ClusterTests {
         #expect(try await event(alice, "call.ended", call: group).data?["outcome"] == "completed")
     }
 
+    /// Nothing in Redis is renewed per call: a call's key names its node and lasts past the
+    /// call's longest life, and the node's one lease in `sb:leases` says whether it still holds
+    /// its calls. So a busy mark counts while its call's node is live: one whose call ended (its
+    /// key gone) is removed, one whose node's lease ran out does not count (the node taking the
+    /// call over writes it again); and an action is passed on to a call's node only while its
+    /// lease runs, which the node renews (writing its keys again if it had run out).
+    @Test func oneLeasePerNodeSaysWhoHoldsACallAndWhoIsBusy() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let bob = try await cluster.connect("bob", device: "b-web", node: 1)
+        let carol = try await cluster.connect("carol", device: "c-web", node: 2)
+        let marks = "sb:busy:\(cluster.app.id):carol"
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let lease = try #require(try cluster.redis.command(["HGET", "sb:leases", "node-1"])?.text.flatMap { Int64($0) })
+        #expect(lease > now && lease <= now + Int64(cluster.lease) * 1000 + 1000, "node 1's lease: \(lease), now \(now)")
+
+        // A mark of a call that ended (no key) and one of a call whose node's lease ran out.
+        _ = try cluster.redis.command(["SET", "sb:call:c_dead_node", "node-9"])
+        _ = try cluster.redis.command(["HSET", "sb:leases", "node-9", "1"])
+        for ghost in ["c_ended", "c_dead_node"] { _ = try cluster.redis.command(["ZADD", marks, String(now + 3_600_000), ghost]) }
+        let rings = try await call(bob, to: ["carol"])
+        _ = try await event(carol, "call.incoming", call: rings)
+        #expect(try cluster.redis.command(["ZSCORE", marks, "c_ended"]) == RedisValue.null, "the mark of an ended call was removed")
+        #expect(try cluster.redis.command(["ZSCORE", marks, "c_dead_node"]) != RedisValue.null, "the call of a dead node may yet be taken over")
+        let key = try #require(try cluster.redis.command(["PTTL", "sb:call:" + rings])?.integer)
+        #expect(key > 86_000_000, "the call's key outlasts its longest life (max_call_duration_seconds): \(key) ms")
+        #expect(try await act(bob, MessageType.callCancel, rings).type == MessageType.ok)
+
+        // A mark of a call node 2 holds, live: carol is busy.
+        _ = try cluster.redis.command(["SET", "sb:call:c_live", "node-2"])
+        _ = try cluster.redis.command(["ZADD", marks, String(now + 3_600_000), "c_live"])
+        let refused = try await call(bob, to: ["carol"])
+        #expect(try await event(bob, "call.ended", call: refused).data?["outcome"] == "busy")
+        _ = try cluster.redis.command(["ZREM", marks, "c_live"])
+
+        // Node 1's lease run out (as if it stalled): an action on its call from node 2 is not
+        // passed on to it (503: retry), and node 1, at its next renewal, finds its lease had
+        // lapsed and writes its calls' keys again; then the call goes on.
+        let ringing = try await call(bob, to: ["carol"])
+        _ = try await event(carol, "call.incoming", call: ringing)
+        var refusals = 0
+        for _ in 0..<3 where refusals == 0 {
+            _ = try cluster.redis.command(["HSET", "sb:leases", "node-1", "1"])
+            let held = try await carol.request(MessageType.callHold, id: "hold", encoding: CallHoldRequest(callID: ringing, onHold: true))
+            if held.error?.code == .unavailable { refusals += 1 } else { #expect(held.error?.code == .conflict, "\(held)") }
+        }
+        #expect(refusals == 1, "an action on a call whose node's lease ran out is not passed on to it")
+        try await within(.seconds(5), "node 1 to renew its lease") {
+            while cluster.node(1)?.standardError.contains("lease in Redis had run out") != true { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let answered = try await actUntilTaken(carol, MessageType.callAnswer, ringing)
+        #expect(answered.data?["state"] == "accepted", "\(answered)")
+        #expect(try cluster.redis.command(["GET", "sb:call:" + ringing])?.text == "node-1")
+    }
+
     /// `kill -9` of the node that runs a ringing call: another node takes it over within the
     /// lease; the callee, on a node still up, answers it (an answer passed on to the dead node
     /// meanwhile is refused with 503 and retried), the caller hears it on the node it

@@ -174,7 +174,7 @@ extension Hub {
             callerName: request.callerName ?? caller.name ?? caller.sub, handle: request.handle ?? caller.handle ?? caller.sub, topic: app.bundleID,
             allowedTopics: Set(app.bundleIDs), devices: needs.devices)
         calls[id] = call
-        cluster?.hold(callID: id, untilMillis: leaseUntilMillis, nowMillis: wallMillis)
+        cluster?.hold(callID: id, untilMillis: clusterKeyEnd(state))
         if let idempotency { callIdempotency[idempotency] = id }
         // The call's room is made at its first join (admitToCallRoom) and closed when it ends.
         if case .room(let name) = media { callRooms[RoomKey(appID: app.id, name: name)] = id }
@@ -259,7 +259,7 @@ extension Hub {
             let key = Self.userKey(state.appID, identity)
             if live && (identity == state.caller || state.status[identity] == .accepted) {
                 if answeredCallsByUser[key, default: []].insert(state.id).inserted {
-                    cluster?.markBusy(appID: state.appID, identity: identity, callID: state.id, untilMillis: leaseUntilMillis)
+                    cluster?.markBusy(appID: state.appID, identity: identity, callID: state.id, untilMillis: clusterKeyEnd(state))
                 }
             } else if answeredCallsByUser[key]?.remove(state.id) != nil {
                 if answeredCallsByUser[key]?.isEmpty == true { answeredCallsByUser.removeValue(forKey: key) }

@@ -123,21 +123,62 @@ extension Cluster {
         }
     }
 
+    /// Which of `identities` are in an answered call some live node runs (`nil`: Redis did not
+    /// answer). A mark is a call id in the user's `sb:busy` set; it counts while the call's
+    /// owner is live (`sb:leases`), so the marks of a node that died count no longer, although
+    /// nothing renews or removes them, until a node taking the call over writes them again.
+    /// Marks of calls whose key is gone (they ended) are removed.
     func busy(_ identities: [String], appID: String, nowMillis: Int64, then: @escaping (Set<String>?) -> Void) {
-        var inCall: Set<String> = []
+        var marks: [(identity: String, callID: String)] = []
         var left = identities.count
         var failed = false
         for identity in identities {
-            commands?.send(["ZCOUNT", Self.busyKey(appID: appID, identity: identity), String(nowMillis), "+inf"]) { result in
+            commands?.send(["ZRANGEBYSCORE", Self.busyKey(appID: appID, identity: identity), String(nowMillis), "+inf"]) { [weak self] result in
                 switch result {
-                case .success(.integer(let count)): if count > 0 { inCall.insert(identity) }
+                case .success(.array(let ids)): marks += ids.compactMap(\.text).map { (identity, $0) }
                 default: failed = true
                 }
                 left -= 1
-                if left == 0 { then(failed ? nil : inCall) }
+                guard left == 0 else { return }
+                if failed { return then(nil) }
+                guard let self, !marks.isEmpty else { return then([]) }
+                liveOwners(of: marks, appID: appID, then: then)
             }
         }
     }
+
+    /// Which of the users marked busy are in a call a live node runs.
+    private func liveOwners(of marks: [(identity: String, callID: String)], appID: String, then: @escaping (Set<String>?) -> Void) {
+        guard let commands else { return then(nil) }
+        let keys = [Self.leasesKey] + marks.map { Self.callKey($0.callID) }
+        commands.send(["EVAL", Self.callOwnersScript, String(keys.count)] + keys) { [weak self] result in
+            guard case .success(.array(let owners)) = result, owners.count == marks.count else { return then(nil) }
+            var inCall: Set<String> = []
+            for (mark, owner) in zip(marks, owners) {
+                switch owner.integer {
+                case 1: inCall.insert(mark.identity)
+                case -1: self?.sendIgnoringReply(["ZREM", Self.busyKey(appID: appID, identity: mark.identity), mark.callID])
+                default: break
+                }
+            }
+            then(inCall)
+        }
+    }
+
+    /// KEYS[1]: `sb:leases`, then call keys. Answers for each call 1 when a live node holds it,
+    /// 0 when the node holding it stopped renewing its lease, -1 when its key is gone. Leases
+    /// are times on Redis's clock (`leaseScript`).
+    static let callOwnersScript = """
+        \(now)
+        local owners = {}
+        for i = 2, #KEYS do
+            local owner = redis.call('get', KEYS[i])
+            if owner == false then owners[i - 1] = -1
+            elseif tonumber(redis.call('hget', KEYS[1], owner) or '0') >= now then owners[i - 1] = 1
+            else owners[i - 1] = 0 end
+        end
+        return owners
+        """
 
     /// Who is where, cluster-wide (and, for a call setup, its limits and idempotency key).
     struct Presence {
@@ -151,53 +192,111 @@ extension Cluster {
 
     // MARK: Calls
 
-    /// Holds a call created here for this node until `untilMillis` (`renew` keeps it).
-    func hold(callID: String, untilMillis: Int64, nowMillis: Int64) {
-        sendIgnoringReply(["EVAL", Self.holdScript, "1", Self.callKey(callID), nodeID, String(max(1, untilMillis - nowMillis))])
+    /// A call created here is this node's: its key names the node (and lasts until `untilMillis`,
+    /// past the call's longest life: nothing renews it). The node's lease in `sb:leases`
+    /// (`renewLease`) says whether it is still live.
+    func hold(callID: String, untilMillis: Int64) {
+        sendIgnoringReply(["SET", Self.callKey(callID), nodeID, "PXAT", String(untilMillis)])
     }
 
-    /// Renews this node's hold on `calls` in one command (a batch of the lease renewal), and
-    /// the busy marks of each one's answered participants; `lost` hears each call another node
-    /// holds now.
-    func renew(_ calls: [(id: String, appID: String, busy: [String])], untilMillis: Int64, nowMillis: Int64, lost: @escaping (String) -> Void) {
+    /// Renews this node's lease on every call it holds (one field of `sb:leases`) for `lease`;
+    /// `lapsed` runs when it had run out (Redis lost it in a restart, or this node was cut off
+    /// or stalled longer than the lease, and another may have taken its calls).
+    func renewLease(for lease: Duration, lapsed: @escaping () -> Void) {
+        guard let commands, commands.isConnected else { return }
+        commands.send(["EVAL", Self.leaseScript, "1", Self.leasesKey, nodeID, String(lease.milliseconds)]) { result in
+            if case .success(.integer(1)) = result { lapsed() }
+        }
+    }
+
+    /// KEYS[1]: `sb:leases`; ARGV: the node, the lease in ms. The lease's end is a time on
+    /// Redis's clock (as a key's expiry would be), so that only Redis's clock decides whether
+    /// it ran out. Answers 1 when it had run out (or there was none), else 0.
+    static let leaseScript = """
+        \(now)
+        local before = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
+        redis.call('hset', KEYS[1], ARGV[1], string.format('%.0f', now + tonumber(ARGV[2])))
+        if before < now then return 1 end
+        return 0
+        """
+
+    /// A script's first line: `now`, Redis's time in ms since 1970.
+    private static let now = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
+
+    /// Writes again this node's keys of `calls` (each until its `until`) and the busy marks of
+    /// each one's answered participants, after its lease lapsed: `lost` hears each call another
+    /// node holds now.
+    func reclaim(_ calls: [(id: String, appID: String, busy: [String], until: Int64)], lost: @escaping (String) -> Void) {
         guard !calls.isEmpty else { return }
-        let marks = calls.flatMap { call in call.busy.map { (key: Self.busyKey(appID: call.appID, identity: $0), callID: call.id) } }
+        let marks = calls.flatMap { call in call.busy.map { (key: Self.busyKey(appID: call.appID, identity: $0), callID: call.id, until: call.until) } }
         let keys = calls.map { Self.callKey($0.id) } + marks.map(\.key)
-        let arguments = [nodeID, String(max(1, untilMillis - nowMillis)), String(untilMillis), String(calls.count)] + marks.map(\.callID)
-        commands?.send(["EVAL", Self.renewScript, String(keys.count)] + keys + arguments) { result in
+        let arguments = [nodeID, String(calls.count)] + calls.map { String($0.until) } + marks.flatMap { [$0.callID, String($0.until)] }
+        commands?.send(["EVAL", Self.reclaimScript, String(keys.count)] + keys + arguments) { result in
             guard case .success(.array(let indexes)) = result else { return }
             for index in indexes.compactMap(\.integer) where index >= 1 && index <= calls.count { lost(calls[Int(index) - 1].id) }
         }
     }
 
-    /// A batch of renewals. KEYS: ARGV[4] call keys, then busy keys; ARGV: the node, the
-    /// lease in ms, its end (ms since 1970), the number of call keys, then each busy key's
-    /// call. Each call key this node or nobody holds is set for the lease (`holdScript`); each
-    /// busy mark is kept to the lease's end (its key at least as long). Answers the (1-based)
-    /// call keys another node holds.
-    static let renewScript = """
+    /// KEYS: ARGV[2] call keys, then busy keys; ARGV: the node, the number of call keys, each
+    /// call key's end (ms since 1970), then each busy key's call and end. Each call key this
+    /// node or nobody holds is set to this node; each busy mark is written (its key lasting at
+    /// least as long). Answers the (1-based) call keys another node holds.
+    static let reclaimScript = """
         local lost = {}
-        local calls = tonumber(ARGV[4])
+        local calls = tonumber(ARGV[2])
         for i = 1, calls do
             local v = redis.call('get', KEYS[i])
-            if v == false or v == ARGV[1] then redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2]) else lost[#lost + 1] = i end
+            if v == false or v == ARGV[1] then redis.call('set', KEYS[i], ARGV[1], 'PXAT', ARGV[2 + i]) else lost[#lost + 1] = i end
         end
         for i = calls + 1, #KEYS do
-            redis.call('zadd', KEYS[i], ARGV[3], ARGV[4 + i - calls])
-            if redis.call('pexpiretime', KEYS[i]) < tonumber(ARGV[3]) then redis.call('pexpireat', KEYS[i], ARGV[3]) end
+            local at = 2 + calls + 2 * (i - calls)
+            redis.call('zadd', KEYS[i], ARGV[at], ARGV[at - 1])
+            if redis.call('pexpiretime', KEYS[i]) < tonumber(ARGV[at]) then redis.call('pexpireat', KEYS[i], ARGV[at]) end
         end
         return lost
         """
 
-    /// Takes a call whose owner stopped renewing it, if no other node took it first (a key
-    /// this node's id holds is its own: the process before it under the same id is gone);
-    /// `taken` hears whether this node now holds it.
-    func takeOver(callID: String, leaseMillis: Int64, taken: @escaping (Bool) -> Void) {
+    /// Takes a call whose owner's lease ran out, if no other node took it first (a key this
+    /// node's id holds is its own: the process before it under the same id is gone); `taken`
+    /// hears whether this node now holds it (its key until `untilMillis`).
+    func takeOver(callID: String, untilMillis: Int64, taken: @escaping (Bool) -> Void) {
         guard let commands, commands.isConnected else { return taken(false) }
-        commands.send(["EVAL", Self.holdScript, "1", Self.callKey(callID), nodeID, String(leaseMillis)]) { result in
+        commands.send(["EVAL", Self.takeOverScript, "2", Self.callKey(callID), Self.leasesKey, nodeID, String(untilMillis)]) {
+            result in
             if case .success(.integer(1)) = result { taken(true) } else { taken(false) }
         }
     }
+
+    /// KEYS: the call's key, `sb:leases`; ARGV: this node, the key's end (ms since 1970).
+    /// Sets the key to this node when it is this node's or nobody's, or its node's lease ran
+    /// out; answers 1 when it did, 0 when a live node holds it.
+    static let takeOverScript = """
+        \(now)
+        local v = redis.call('get', KEYS[1])
+        if v == false or v == ARGV[1] or tonumber(redis.call('hget', KEYS[2], v) or '0') < now then
+            redis.call('set', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
+            return 1
+        end
+        return 0
+        """
+
+    /// The live node that holds call `callID` (nil: none; a key whose node's lease ran out
+    /// names no live node).
+    private func liveOwner(of callID: String, then: @escaping (String?) -> Void) {
+        guard let commands else { return then(nil) }
+        commands.send(["EVAL", Self.liveOwnerScript, "2", Self.callKey(callID), Self.leasesKey]) { result in
+            then((try? result.get())?.text)
+        }
+    }
+
+    /// KEYS: the call's key, `sb:leases`. Answers the node holding the call if its lease has
+    /// not run out.
+    static let liveOwnerScript = """
+        \(now)
+        local v = redis.call('get', KEYS[1])
+        if v and tonumber(redis.call('hget', KEYS[2], v) or '0') >= now then return v end
+        return false
+        """
 
     /// The call ended: its key goes (when still this node's).
     func release(callID: String) {
@@ -236,13 +335,14 @@ extension Cluster {
 
     /// Asks the node running call `callID` to ring a session that just connected here.
     func offerCall(_ callID: String, peer: String, identity: String, device: String) {
-        commands?.send(["GET", Self.callKey(callID)]) { [weak self] result in
-            guard let self, case .success(let value) = result, let owner = value.text, owner != nodeID else { return }
+        liveOwner(of: callID) { [weak self] owner in
+            guard let self, let owner, owner != nodeID else { return }
             tell("offer", ["call": .string(callID), "peer": .string(peer), "identity": .string(identity), "device": .string(device), "node": .string(nodeID)], toNode: owner)
         }
     }
 
-    /// `identity` is in answered call `callID` until `untilMillis`, or no longer (nil).
+    /// `identity` is in answered call `callID` (the mark lasts until `untilMillis`, past the
+    /// call's longest life, and counts while the call's node is live), or no longer (nil).
     func markBusy(appID: String, identity: String, callID: String, untilMillis: Int64?) {
         let key = Self.busyKey(appID: appID, identity: identity)
         if let untilMillis {
@@ -253,12 +353,13 @@ extension Cluster {
     }
 
     /// Passes an action on a call this node does not run to the node that does: `notHere` runs
-    /// when no node holds the call (it ended, or its owner died and nobody took it over yet).
+    /// when no live node holds the call (it ended, or its owner died and nobody took it over
+    /// yet: then this node may take it over).
     func forward(_ action: [String: JSONValue], callID: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void, notHere: @escaping () -> Void) {
         guard let commands, commands.isConnected else { return notHere() }
-        commands.send(["GET", Self.callKey(callID)]) { [weak self] result in
+        liveOwner(of: callID) { [weak self] owner in
             guard let self else { return }
-            guard case .success(let value) = result, let owner = value.text, owner != nodeID else { return notHere() }
+            guard let owner, owner != nodeID else { return notHere() }
             request("act", action, toNode: owner, answer: answer)
         }
     }

@@ -6,14 +6,16 @@ import SwitchboardSupport
 /// This node's part in a cluster (`cluster_redis_url`): its name in Redis, the channels it
 /// listens on and the messages it exchanges with the other nodes. Redis holds no state a node
 /// cannot rebuild: who is a live node (`sb:node:<id>`, renewed every third of
-/// `node_timeout_seconds`), which node owns each live call (`sb:call:<id>`, renewed with the
-/// call's lease), who is in an answered call (`sb:busy:<app>:<identity>`, a sorted set of call
-/// ids scored by their lease), and pub/sub: a channel per node (`sb:n:<id>`: actions passed on
-/// to a call's owner, their answers, invite receipts) and a channel per user (`sb:u:<app>:
-/// <identity>`) every node with a session of that user listens on. Each user event is also
-/// kept for `cluster_event_replay_seconds` in one stream (`sb:events`), which a node that lost
-/// its subscription reads back from the last it received (`catchUp`). Loop thread only, after
-/// `claim`.
+/// `node_timeout_seconds`), which node owns each live call (`sb:call:<id>`, written when the
+/// call starts or moves, never renewed) and whether that node still holds its calls (its lease
+/// in `sb:leases`, one field per node renewed every third of `call_lease_seconds`, as the store
+/// renews one row), who is in an answered call (`sb:busy:<app>:<identity>`, a sorted set of
+/// call ids, each counting while its call's node is live), and pub/sub: a channel per node
+/// (`sb:n:<id>`: actions passed on to a call's owner, their answers, invite receipts) and a
+/// channel per user (`sb:u:<app>:<identity>`) every node with a session of that user listens
+/// on. Each user event is also kept for `cluster_event_replay_seconds` in one stream
+/// (`sb:events`), which a node that lost its subscription reads back from the last it received
+/// (`catchUp`). Loop thread only, after `claim`.
 ///
 /// Safety of `@unchecked Sendable`: confined to the loop thread like the hub (the server
 /// hands it to the loop once, through `execute`).
@@ -102,6 +104,8 @@ package final class Cluster: @unchecked Sendable {
     static func userChannel(appID: String, identity: String) -> String { "sb:u:" + appID + ":" + identity }
     static func callKey(_ callID: String) -> String { "sb:call:" + callID }
     static func busyKey(appID: String, identity: String) -> String { "sb:busy:" + appID + ":" + identity }
+    /// Each node's lease on the calls it holds: until when (ms since 1970), by node id.
+    static let leasesKey = "sb:leases"
     static func roomKey(appID: String, name: String) -> String { "sb:room:" + appID + ":" + name }
     /// An app's ordinary rooms across the nodes: each name scored with when its lease runs out.
     static func appRoomsKey(_ appID: String) -> String { "sb:rooms:" + appID }
@@ -236,6 +240,8 @@ package final class Cluster: @unchecked Sendable {
         if let heartbeat { loop?.cancel(heartbeat) }
         heartbeat = nil
         commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.nodeKey(nodeID), instance]) { _ in }
+        // Its calls were handed over (a drain) or end with it: its lease goes at once.
+        sendIgnoringReply(["HDEL", Self.leasesKey, nodeID])
         // What was sent (the key's removal) goes out before the connections close.
         commands?.close(graceful: true)
         subscriber?.close(graceful: true)

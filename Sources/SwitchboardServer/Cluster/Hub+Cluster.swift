@@ -104,7 +104,7 @@ extension Hub {
             }
             return then(nil)
         }
-        cluster.takeOver(callID: row.id, leaseMillis: Int64(configuration.limits.callLeaseSeconds) * 1000) { [weak self] taken in
+        cluster.takeOver(callID: row.id, untilMillis: clusterKeyEnd(call.state)) { [weak self] taken in
             guard let self, taken, calls[row.id] == nil else { return then(self?.calls[row.id]) }
             adopt(call)
             then(call)
@@ -155,31 +155,45 @@ extension Hub {
         logger.info("this node no longer runs the call", ["call": state.id])
     }
 
-    /// Renews this node's hold on its calls in Redis and the busy marks of their answered
-    /// participants: in batches of `renewalBatch` calls, one command each, spread evenly over
-    /// the first half of the renewal period so that the setups and actions arriving meanwhile
-    /// never queue behind thousands of renewals (bunched 5 ms apart, 10,000 calls' renewals
-    /// kept Redis busy for a quarter of a second every period, and the setups of that quarter
-    /// waited 20-50 ms). A call that ends before its batch is skipped; one that starts
-    /// meanwhile was held at its creation.
+    /// Renews this node's lease in Redis on all its calls (one field, whatever their number).
+    /// When it had run out (Redis restarted empty, or this node was cut off or stalled longer
+    /// than the lease), its calls' keys and busy marks are written again, and the calls another
+    /// node took over meanwhile leave this one.
     func renewClusterLeases() {
-        guard cluster != nil else { return }
-        let ids = Array(calls.keys)
-        let batches = stride(from: 0, to: ids.count, by: Self.renewalBatch).map { Array(ids[$0..<min($0 + Self.renewalBatch, ids.count)]) }
-        let half = Duration.milliseconds(configuration.limits.callLeaseSeconds * 1000 / 6)
-        let spacing = batches.count > 1 ? half / (batches.count - 1) : .zero
-        for (index, batch) in batches.enumerated() {
-            if index == 0 { renewLeases(of: batch) } else {
-                _ = scheduler?.schedule(after: spacing * index) { [weak self] in self?.renewLeases(of: batch) }
+        guard let cluster else { return }
+        cluster.renewLease(for: .seconds(configuration.limits.callLeaseSeconds)) { [weak self] in self?.reclaimClusterCalls() }
+    }
+
+    /// Writes again the keys of this node's calls and their busy marks, `renewalBatch` calls
+    /// to a command.
+    private func reclaimClusterCalls() {
+        guard let cluster, !calls.isEmpty else { return }
+        logger.warning("this node's lease in Redis had run out: its calls' keys are written again", ["calls": String(calls.count)])
+        let live = Array(calls.values)
+        for start in stride(from: 0, to: live.count, by: Self.renewalBatch) {
+            let batch = live[start..<min(start + Self.renewalBatch, live.count)].map { call in
+                let state = call.state
+                let busy = ([state.caller] + state.callees).filter { answeredCallsByUser[Self.userKey(state.appID, $0)]?.contains(state.id) == true }
+                return (id: state.id, appID: state.appID, busy: busy, until: clusterKeyEnd(state))
+            }
+            cluster.reclaim(batch) { [weak self] id in
+                if let self, let call = calls[id] { disown(call) }
             }
         }
     }
 
-    /// Redis answers again (a restart loses everything in it): whom this node's calls ring is
-    /// written again at once, since no renewal rewrites it; the calls' keys and busy marks
-    /// come back with the next renewal.
+    /// Until when a call's keys in Redis last: past its longest life (`max_call_duration_seconds`
+    /// from its start) and a lease, so that nothing renews them.
+    func clusterKeyEnd(_ state: CallState) -> Int64 {
+        state.createdAtMillis + Int64(configuration.limits.maxCallDurationSeconds + configuration.limits.callLeaseSeconds) * 1000
+    }
+
+    /// Redis answers again (a restart loses everything in it): this node's lease is renewed
+    /// at once (and, when Redis lost it, its calls' keys and busy marks written again), and whom
+    /// its calls ring is written again, since nothing renews it.
     func clusterRedisConnected() {
         guard let cluster else { return }
+        renewClusterLeases()
         for call in calls.values where !call.state.ringingCallees.isEmpty {
             let state = call.state
             cluster.markRinging(
@@ -187,21 +201,6 @@ extension Hub {
         }
     }
 
-    /// Calls per renewal command.
+    /// Calls per command when their keys are written again.
     static let renewalBatch = 200
-
-    private func renewLeases(of ids: [String]) {
-        guard let cluster else { return }
-        let live = ids.compactMap { calls[$0] }
-        let batch = live.map { call in
-            let state = call.state
-            let busy = answeredCallsByUser.isEmpty ? [] : ([state.caller] + state.callees).filter {
-                answeredCallsByUser[Self.userKey(state.appID, $0)]?.contains(state.id) == true
-            }
-            return (id: state.id, appID: state.appID, busy: busy)
-        }
-        cluster.renew(batch, untilMillis: leaseUntilMillis, nowMillis: wallMillis) { [weak self] id in
-            if let self, let call = calls[id] { disown(call) }
-        }
-    }
 }
