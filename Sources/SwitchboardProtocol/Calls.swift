@@ -106,6 +106,20 @@ public struct CallCreateRequest: Sendable, Codable, Equatable {
         self.idempotencyKey = idempotencyKey
     }
 
+    /// The request as `encode(to:)` writes it (a nil member left out), without an encoder.
+    public var json: JSONValue {
+        var members: [String: JSONValue] = ["callees": .array(callees.map(JSONValue.string))]
+        if let video { members["video"] = .bool(video) }
+        if let callerName { members["caller_name"] = .string(callerName) }
+        if let handle { members["handle"] = .string(handle) }
+        if let media { members["media"] = media.json }
+        if let metadata { members["metadata"] = metadata }
+        if let ringTimeoutSeconds { members["ring_timeout_seconds"] = .int(Int64(ringTimeoutSeconds)) }
+        if let busyPolicy { members["busy_policy"] = .string(busyPolicy.rawValue) }
+        if let idempotencyKey { members["idempotency_key"] = .string(idempotencyKey) }
+        return .object(members)
+    }
+
     enum CodingKeys: String, CodingKey {
         case callees, video
         case callerName = "caller_name"

@@ -1,3 +1,4 @@
+import Foundation
 import SwitchboardProtocol
 import Testing
 
@@ -31,6 +32,7 @@ import SwitchboardCore
         if ended || (!before.ringingCallees.isEmpty && after.ringingCallees.isEmpty) {
             #expect(effects.contains(.cancelRingTimer), "the ring timer stops with the last ring: \(what)")
         }
+        checkSnapshotJSON(after, what)
         let participants = Set([after.caller] + after.callees)
         for effect in effects {
             switch effect {
@@ -116,6 +118,19 @@ import SwitchboardCore
         for (callee, expected) in calleeHistory { #expect(state.historyOutcome(for: callee) == expected, "\(callee)") }
         #expect(effects.filter { $0 == .finished }.count == 1, "finished exactly once")
         #expect(types(effects, to: "alice").last == "call.ended")
+    }
+
+    /// The snapshot a cluster stores at every transition, written without an encoder
+    /// (`jsonMembers`), holds what Foundation's encoder would write and reads back as itself.
+    func checkSnapshotJSON(_ state: CallState, _ what: String) {
+        let snapshot = state.snapshot
+        let members = snapshot.jsonMembers
+        #expect(Set(members.map(\.0)).count == members.count, "no member twice: \(what)")
+        let written = JSONValue.object(Dictionary(uniqueKeysWithValues: members))
+        let encoded = (try? JSONEncoder().encode(snapshot)).flatMap { try? JSONDecoder().decode(JSONValue.self, from: $0) }
+        #expect(written == encoded, "as the encoder writes it: \(what)")
+        let read = (try? JSONEncoder().encode(written)).flatMap { try? JSONDecoder().decode(CallState.Snapshot.self, from: $0) }
+        #expect(read == snapshot, "reads back: \(what)")
     }
 
     /// The callee's iPhone (`b-phone` for bob, as the scenarios name devices), with CallKit and

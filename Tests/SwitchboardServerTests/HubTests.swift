@@ -3,6 +3,7 @@ import SwitchboardProtocol
 import SwitchboardSupport
 import SwitchboardSystem
 import SwitchboardPush
+import SwitchboardCore
 import Testing
 
 @testable import SwitchboardServer
@@ -345,5 +346,57 @@ final class HubHarness {
         h.send(alice, MessageType.callCreate, ["callees": ["bob"], "busy_policy": "ring"], id: "c6")
         h.settle()
         #expect(h.output.take(alice).contains { $0["type"] == "ok" && $0["id"] == "c6" }, "room again once the store answered")
+    }
+}
+
+@Suite struct ContinuationTests {
+    /// What a node taking a call over reads: the continuation written at each transition brings
+    /// the call back as it stood at that transition, with what it was started with.
+    @Test func aContinuationWrittenAtEachTransitionBringsTheCallBackAsItStands() throws {
+        let start = ContinuousClock.now
+        let phone = Device(
+            appID: "app1", userID: "bob", deviceID: "bob-phone", platform: "ios", voipToken: String(repeating: "ab", count: 32),
+            apnsToken: nil, environment: .sandbox, bundleID: "com.example.chat", callKitEnabled: true, appVersion: "2.1",
+            updatedAt: 1_700_000_000_000, ringtone: "bell.caf")
+        let state = CallState(
+            id: "call1", appID: "app1", caller: "alice", callerDevice: "alice-laptop", callees: ["bob"], connected: ["bob"],
+            phones: ["bob": [.init(id: "bob-phone", voip: true, alert: false)]], now: start, nowMillis: 1_700_000_000_000,
+            ringTimeout: .seconds(45))
+        let browser = Device(
+            appID: "app1", userID: "bob", deviceID: "bob-web", platform: "web", voipToken: nil, apnsToken: nil, environment: .production,
+            bundleID: nil, callKitEnabled: false, appVersion: nil, updatedAt: 1_700_000_000_001)
+        let request = CallCreateRequest(
+            callees: ["bob"], video: true, callerName: "Alice", handle: "alice@example.com", media: .external(["url": "sip:x", "port": 5060]),
+            metadata: ["topic": "release", "n": .double(2.5)], ringTimeoutSeconds: 30, busyPolicy: .ring, idempotencyKey: "k1")
+        let call = ActiveCall(
+            state: state, request: request, media: .room("room-call1"), callerName: "Alice", handle: "alice@example.com",
+            topic: "com.example.chat", allowedTopics: ["com.example.chat", "com.example.chat.beta"], devices: ["bob": [phone, browser]])
+
+        func continued() throws -> ActiveCall {
+            // Written without an encoder: what Foundation's encoder would write.
+            let written = try JSONDecoder().decode(JSONValue.self, from: Data(call.continuation.utf8))
+            let encoded = try JSONDecoder().decode(
+                JSONValue.self,
+                from: JSONEncoder().encode(
+                    ActiveCall.Continuation(
+                        state: call.state.snapshot, request: call.request, media: call.media, callerName: call.callerName,
+                        handle: call.handle, topic: call.topic, allowedTopics: call.allowedTopics.sorted(), devices: call.devices)))
+            #expect(written == encoded)
+            return try #require(ActiveCall(continuing: call.continuation, now: start, nowMillis: 1_700_000_001_000))
+        }
+        _ = call.state.start(nowMillis: 1_700_000_000_000)
+        let ringing = try continued()
+        #expect(ringing.state.snapshot == call.state.snapshot)
+        #expect(ringing.state.isRinging)
+        #expect(ringing.request == call.request && ringing.media == call.media && ringing.devices == call.devices)
+        #expect(ringing.callerName == "Alice" && ringing.handle == "alice@example.com" && ringing.topic == "com.example.chat")
+        #expect(ringing.allowedTopics == call.allowedTopics)
+
+        // The next transition's continuation has the state of then, not the one first written.
+        _ = try call.state.answer(by: "bob", device: "bob-phone", nowMillis: 1_700_000_002_000)
+        let answered = try continued()
+        #expect(answered.state.snapshot == call.state.snapshot)
+        #expect(!answered.state.isRinging && answered.state.answeredOn["bob"] == "bob-phone")
+        #expect(answered.devices == call.devices && answered.request == call.request)
     }
 }

@@ -30,6 +30,8 @@ final class ActiveCall {
     /// written: `Hub.perform`).
     private var outbox: [(id: Int, ready: Bool, run: () -> Void)] = []
     private var lastEntry = 0
+    /// `continuation`'s fields that never change, encoded the first time it is asked for.
+    fileprivate var encodedFixedFields: String?
 
     /// Queues `run`; returns its entry, for `markReady`.
     func enqueue(ready: Bool, _ run: @escaping () -> Void) -> Int {
@@ -88,12 +90,33 @@ extension ActiveCall {
         var devices: [String: [Device]]
     }
 
-    /// The continuation as the store keeps it (JSON).
+    /// The continuation as the store keeps it (JSON): a `Continuation`, written at every
+    /// transition, so what the call started with is written once (`fixedFields`) and only the
+    /// state each time, without Foundation's encoder, which cost more than the rest of a save
+    /// (`Snapshot.jsonMembers`; what `Continuation`'s encoder would write, as a test checks).
     var continuation: String {
-        let value = Continuation(
-            state: state.snapshot, request: request, media: media, callerName: callerName, handle: handle, topic: topic,
-            allowedTopics: allowedTopics.sorted(), devices: devices)
-        return (try? JSONEncoder().encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        let state = JSONText.serialize(members: state.snapshot.jsonMembers)
+        let fixed = fixedFields
+        var text = #"{"state":"#
+        text.reserveCapacity(state.count + fixed.utf8.count + 12)
+        text += String(decoding: state, as: UTF8.self)
+        text += fixed
+        return text
+    }
+
+    /// The fixed part of `continuation`: its members after the state, from the comma to the
+    /// closing brace.
+    private var fixedFields: String {
+        if let encodedFixedFields { return encodedFixedFields }
+        let object = JSONText.serialize(members: [
+            ("request", request.json), ("media", media.json), ("callerName", .string(callerName)), ("handle", .string(handle)),
+            ("topic", .string(topic)), ("allowedTopics", .array(allowedTopics.sorted().map(JSONValue.string))),
+            ("devices", .object(devices.mapValues { .array($0.map(\.storedJSON)) })),
+        ])
+        // The object's opening brace becomes the comma that follows the state.
+        let fields = "," + String(decoding: object.dropFirst(), as: UTF8.self)
+        encodedFixedFields = fields
+        return fields
     }
 
     /// The call a stored continuation describes, continued on this node at `now`; nil when

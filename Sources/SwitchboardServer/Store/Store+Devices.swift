@@ -22,6 +22,21 @@ public struct Device: Sendable, Equatable, Codable {
     /// The app's sound for the alert that rings it without CallKit (nil: the default).
     public var ringtone: String? = nil
 
+    /// The device as `encode(to:)` writes it (a nil member left out), without an encoder: with
+    /// its whole tokens, for the store only (a call's continuation), never for a reply.
+    var storedJSON: JSONValue {
+        var members: [String: JSONValue] = [
+            "appID": .string(appID), "userID": .string(userID), "deviceID": .string(deviceID), "platform": .string(platform),
+            "environment": .string(environment.rawValue), "callKitEnabled": .bool(callKitEnabled), "updatedAt": .int(updatedAt),
+        ]
+        if let voipToken { members["voipToken"] = .string(voipToken) }
+        if let apnsToken { members["apnsToken"] = .string(apnsToken) }
+        if let bundleID { members["bundleID"] = .string(bundleID) }
+        if let appVersion { members["appVersion"] = .string(appVersion) }
+        if let ringtone { members["ringtone"] = .string(ringtone) }
+        return .object(members)
+    }
+
     /// The device as its owner may see it: tokens shortened to their first 8 characters.
     public var redacted: JSONValue {
         [
