@@ -10,7 +10,12 @@ import Foundation
 /// nobody else waits; a job of another lane then starts as soon as one thread frees up, ahead
 /// of that backlog: it waits for one job to finish, never for the backlog.
 ///
-/// Safety of `@unchecked Sendable`: every stored property is only touched under `condition`.
+/// A job wakes one idle thread (`workAvailable` is signalled, not broadcast: waking every
+/// idle thread for each job, all but one to go back to sleep, cost two thread switches a job
+/// for nothing); whoever waits for idleness waits on a condition of its own (`becameIdle`).
+///
+/// Safety of `@unchecked Sendable`: every stored property but the three pthread objects is
+/// only touched under `mutex`; those are made in `init` and destroyed in `deinit`.
 public final class WorkerThreads: @unchecked Sendable {
     private struct Lane {
         var jobs: [@Sendable () -> Void] = []
@@ -19,7 +24,11 @@ public final class WorkerThreads: @unchecked Sendable {
         var waiting: Int { jobs.count - next }
     }
 
-    private let condition = NSCondition()
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    /// Signalled when a job comes (one thread wakes), broadcast at `stop`.
+    private let workAvailable = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    /// Broadcast when the last job running finishes with none waiting.
+    private let becameIdle = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
     private var lanes: [String: Lane] = [:]
     /// The lanes with jobs waiting, in the order they take turns.
     private var turns: [String] = []
@@ -29,6 +38,9 @@ public final class WorkerThreads: @unchecked Sendable {
     private var waiting = 0
     /// Starts `count` threads named `name-0`, `name-1`…
     public init(count: Int, name: String) {
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(workAvailable, nil)
+        pthread_cond_init(becameIdle, nil)
         for index in 0..<count {
             let thread = Thread { [self] in work() }
             thread.name = "\(name)-\(index)"
@@ -36,32 +48,40 @@ public final class WorkerThreads: @unchecked Sendable {
         }
     }
 
+    deinit {
+        pthread_cond_destroy(becameIdle)
+        pthread_cond_destroy(workAvailable)
+        pthread_mutex_destroy(mutex)
+        becameIdle.deallocate()
+        workAvailable.deallocate()
+        mutex.deallocate()
+    }
+
     /// Runs `job` on the first thread free, after the jobs handed to `lane` before it.
     public func submit(lane: String = "", _ job: @escaping @Sendable () -> Void) {
-        condition.lock()
+        pthread_mutex_lock(mutex)
         if lanes[lane] == nil { lanes[lane] = Lane() }
         lanes[lane]!.jobs.append(job)
         if lanes[lane]!.waiting == 1 { turns.append(lane) }
         waiting += 1
-        // Broadcast: a thread waiting for idleness waits on the same condition, and must not
-        // take the wakeup a worker needs.
-        condition.broadcast()
-        condition.unlock()
+        // One more job: one idle thread, if any. A busy thread takes it when its job ends.
+        pthread_cond_signal(workAvailable)
+        pthread_mutex_unlock(mutex)
     }
 
     /// Waits until every job handed over before has finished.
     public func waitUntilIdle() {
-        condition.lock()
-        while waiting > 0 || running > 0 { condition.wait() }
-        condition.unlock()
+        pthread_mutex_lock(mutex)
+        while waiting > 0 || running > 0 { pthread_cond_wait(becameIdle, mutex) }
+        pthread_mutex_unlock(mutex)
     }
 
     /// The threads finish the work already handed to them, then end.
     public func stop() {
-        condition.lock()
+        pthread_mutex_lock(mutex)
         stopped = true
-        condition.broadcast()
-        condition.unlock()
+        pthread_cond_broadcast(workAvailable)
+        pthread_mutex_unlock(mutex)
     }
 
     /// Under the lock: the next job of the waiting lane with the fewest jobs running (the first
@@ -86,22 +106,21 @@ public final class WorkerThreads: @unchecked Sendable {
     }
 
     private func work() {
-        condition.lock()
+        pthread_mutex_lock(mutex)
         while true {
             if let (name, job) = take() {
-                condition.unlock()
+                pthread_mutex_unlock(mutex)
                 job()
-                condition.lock()
+                pthread_mutex_lock(mutex)
                 running -= 1
                 lanes[name]!.running -= 1
                 if lanes[name]!.running == 0 && lanes[name]!.waiting == 0 { lanes.removeValue(forKey: name) }
-                // Wakes the threads waiting for idleness.
-                if running == 0 && waiting == 0 { condition.broadcast() }
+                if running == 0 && waiting == 0 { pthread_cond_broadcast(becameIdle) }
                 continue
             }
             if stopped && waiting == 0 { break }
-            condition.wait()
+            pthread_cond_wait(workAvailable, mutex)
         }
-        condition.unlock()
+        pthread_mutex_unlock(mutex)
     }
 }

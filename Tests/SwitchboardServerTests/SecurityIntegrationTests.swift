@@ -408,6 +408,28 @@ import Testing
 /// ahead of another app's backlog (one app's 12 block-list writers held every other app's
 /// reads and call setups for seconds).
 @Suite(.timeLimit(.minutes(3))) struct StoreFairnessTests {
+    /// A job wakes one idle thread, not all of them: jobs handed over together still each
+    /// find a thread of their own (no wakeup lost), and waiting for idleness takes none.
+    @Test func jobsHandedOverTogetherEachWakeAThread() throws {
+        let threads = WorkerThreads(count: 4, name: "wakeups")
+        defer { threads.stop() }
+        for _ in 0..<50 {
+            let running = Locked(0)
+            let together = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            for _ in 0..<4 {
+                threads.submit(lane: "app") {
+                    if running.withLock({ $0 += 1; return $0 }) == 4 { together.signal() }
+                    release.wait()
+                }
+            }
+            #expect(together.wait(timeout: .now() + 5) == .success, "four jobs running at once on four threads")
+            for _ in 0..<4 { release.signal() }
+            threads.waitUntilIdle()
+            #expect(running.withLock { $0 } == 4)
+        }
+    }
+
     @Test func anotherAppsJobRunsAheadOfOneAppsBacklog() async throws {
         let threads = WorkerThreads(count: 2, name: "fairness")
         defer { threads.stop() }
