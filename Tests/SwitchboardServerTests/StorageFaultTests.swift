@@ -43,6 +43,7 @@ final class ConfinedServer: @unchecked Sendable {  // one test drives it at a ti
             ro)    mount -o remount,ro "$mnt"; echo "ok $?";;
             rw)    mount -o remount,rw "$mnt"; echo "ok $?";;
             copy)  cp -r "$mnt/data" "$argument"; echo ok;;
+            size)  stat -c %s "$mnt/data/$argument" 2>/dev/null || echo 0;;
             quit)  break;;
           esac
         done
@@ -234,6 +235,52 @@ final class ConfinedServer: @unchecked Sendable {  // one test drives it at a ti
         #expect(try store.integrityCheck() == "ok")
         #expect(try store.devices(appID: try #require(store.allApps().first?.id), userID: "bob").map(\.deviceID).sorted() == ["phone", "tablet"])
         #expect(try store.history(appID: try #require(store.allApps().first?.id), userID: "alice", limit: 10, before: nil).count == 1)
+    }
+
+    /// The server starts on a read-only disk that then becomes writable. The thread that copies
+    /// SQLite's WAL into the database opened its connection read-only; it opens it again, so
+    /// the WAL starts over after a checkpoint instead of growing with every write until the
+    /// disk is full.
+    @Test(.enabled(if: ConfinedServer.available, "needs a mount namespace (unshare -m) to put the store on a small tmpfs"))
+    func theWALIsCheckpointedOnceADiskThatWasReadOnlyAtTheStartIsWritable() async throws {
+        let confined = try ConfinedServer(size: "64m")
+        defer { confined.stop() }
+        _ = try await confined.start()
+        let (apiKey, secret) = try confined.credentials()
+        #expect(try await confined.run("stop") == "exit 0")
+        #expect(try await confined.run("ro") == "ok 0")
+        let base = try await confined.start()
+        #expect(try await HTTPClient.request("GET", base + "/readyz").status == 503)
+        #expect(try await confined.run("rw") == "ok 0")
+        try await Self.waitUntilReady(base)
+
+        // One commit a registration, each a few pages of the WAL: some 24 MB in all, where a
+        // checkpoint falls due every 4 MB (1,000 pages).
+        let url = base + "/v1/devices/phone"
+        var largest = 0
+        for round in 0..<8 {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for writer in 0..<4 {
+                    group.addTask {
+                        for index in 0..<250 {
+                            let token = AccessTokenVerifier.sign(
+                                AccessTokenIssuer.claims(
+                                    apiKey: apiKey, identity: "user-\(round)-\(writer)-\(index)", name: nil, grants: Grants(call: true),
+                                    ttlSeconds: 600),
+                                secret: secret)
+                            let response = try await HTTPClient.request(
+                                "PUT", url, headers: [("Authorization", "Bearer " + token)],
+                                body: Array(#"{"platform":"web","app_version":"\#(String(repeating: "9", count: 60))"}"#.utf8))
+                            try #require(response.status == 200, "\(response.text)")
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            largest = max(largest, Int(try await confined.run("size switchboard.db-wal")) ?? -1)
+        }
+        #expect(largest > 0 && largest < 12 << 20, "the WAL started over after checkpoints: it reached \(largest) bytes")
+        #expect(try await HTTPClient.request("GET", base + "/readyz").status == 200)
     }
 
     /// The disk fills with more writes waiting than `store_backlog_writes`: the oldest are lost
