@@ -1006,6 +1006,46 @@ struct ClusterTests {
         #expect(try await cluster.rest("GET", "/v1/rooms/\(name)", node: 1).status == 404)
     }
 
+    /// Nothing in Redis is renewed per room: a room's key names its node and is written when
+    /// the room is made (it lasts a day, and its node writes it again twice a day), and the
+    /// node's lease says whether the room runs. A key naming a node whose lease ran out names
+    /// no room: a join makes the room again where it arrives, and the REST API finds no room
+    /// there. A node whose lease ran out writes its rooms' keys again.
+    @Test func aRoomsKeyIsWrittenOnceAndItsNodesLeaseSaysItRuns() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let created = try await cluster.rest("POST", "/v1/rooms", node: 1, body: [:])
+        #expect(created.status == 201, "\(created.text)")
+        let name = try #require(try JSONDecoder().decode(JSONValue.self, from: Data(created.body))["name"]?.stringValue)
+        let key = "sb:room:\(cluster.app.id):\(name)"
+        let written = try #require(try cluster.redis.command(["PTTL", key])?.integer)
+        #expect(written > 86_000_000, "a room's key lasts a day, not a lease: \(written) ms")
+        try await Task.sleep(for: .seconds(cluster.lease + 1))
+        let later = try #require(try cluster.redis.command(["PTTL", key])?.integer)
+        #expect(later > 0 && later <= written - Int64(cluster.lease) * 1000, "nothing renewed it: \(written) ms, then \(later) ms")
+
+        // A room whose node's lease ran out: a join through node 2 makes it there, and the REST
+        // API through node 2 does not pass requests on to the dead node.
+        let ghost = "sb:room:\(cluster.app.id):ghost"
+        _ = try cluster.redis.command(["SET", ghost, "node-9"])
+        _ = try cluster.redis.command(["HSET", "sb:leases", "node-9", "1"])
+        #expect(try await cluster.rest("GET", "/v1/rooms/ghost", node: 2).status == 404)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let joined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "ghost"))
+        #expect(joined.type == MessageType.ok && entries(joined.data?["peers"]).isEmpty, "\(joined)")
+        #expect(try cluster.redis.command(["GET", ghost])?.text == "node-2")
+
+        // Redis lost node 1's room key and its lease (as in a restart): node 1 writes it again.
+        _ = try cluster.redis.command(["DEL", key])
+        _ = try cluster.redis.command(["HSET", "sb:leases", "node-1", "1"])
+        try await within(.seconds(5), "node 1 to write its room's key again") {
+            while try cluster.redis.command(["GET", key])?.text != "node-1" { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(try cluster.redis.command(["PTTL", key])?.integer ?? 0 > 86_000_000)
+        #expect(try await cluster.rest("GET", "/v1/rooms/\(name)", node: 2).status == 200)
+    }
+
     /// `max_rooms_per_app` counts the app's rooms on every node: rooms made on two nodes count
     /// together, whether a join or a REST request makes them, and a room that closes no longer
     /// counts.

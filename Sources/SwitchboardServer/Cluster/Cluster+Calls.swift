@@ -221,7 +221,7 @@ extension Cluster {
         """
 
     /// A script's first line: `now`, Redis's time in ms since 1970.
-    private static let now = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
+    static let now = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
 
     /// Writes again this node's keys of `calls` (each until its `until`) and the busy marks of
     /// each one's answered participants, after its lease lapsed: `lost` hears each call another

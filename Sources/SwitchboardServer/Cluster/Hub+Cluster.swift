@@ -161,7 +161,10 @@ extension Hub {
     /// node took over meanwhile leave this one.
     func renewClusterLeases() {
         guard let cluster else { return }
-        cluster.renewLease(for: .seconds(configuration.limits.callLeaseSeconds)) { [weak self] in self?.reclaimClusterCalls() }
+        cluster.renewLease(for: .seconds(configuration.limits.callLeaseSeconds)) { [weak self] in
+            self?.reclaimClusterCalls()
+            self?.writeClusterRoomKeys()
+        }
     }
 
     /// Writes again the keys of this node's calls and their busy marks, `renewalBatch` calls
