@@ -1048,7 +1048,8 @@ struct ClusterTests {
 
     /// `max_rooms_per_app` counts the app's rooms on every node: rooms made on two nodes count
     /// together, whether a join or a REST request makes them, and a room that closes no longer
-    /// counts.
+    /// counts; nor do the rooms of a node that died, once its lease ran out, nor, once it
+    /// starts again under the same id, those it ran before.
     /// Covers: limit:max_rooms_per_app
     @Test func theRoomLimitHoldsAcrossNodes() async throws {
         let cluster = try TestCluster()
@@ -1071,10 +1072,27 @@ struct ClusterTests {
         // "two" closes (deleted through the other node): a new room may be made.
         #expect(try await cluster.rest("DELETE", "/v1/rooms/two", node: 1).status == 204)
         #expect(try await join(alice, "three").type == MessageType.ok)
-        #expect(try cluster.redis.command(["ZCARD", "sb:rooms:\(cluster.app.id)"])?.integer == 2)
-        // Past a lease, the rooms still count: their node renews them.
+        @Sendable func counted(_ node: Int) throws -> Set<String> {
+            guard case .array(let names)? = try cluster.redis.command(["SMEMBERS", "sb:rooms:\(cluster.app.id):node-\(node)"]) else { return [] }
+            return Set(names.compactMap(\.text))
+        }
+        #expect(try counted(1) == ["one", "three"] && counted(2).isEmpty)
+        // Past a lease, the rooms still count: their node's lease runs.
         try await Task.sleep(for: .seconds(cluster.lease + 1))
         #expect(try await join(bob, "four").error?.code == .rateLimited)
+
+        // Node 1 dies: once its lease ran out, its rooms no longer count ("four" is made on
+        // node 2). Started again under its id, it counts none of the rooms it ran before.
+        cluster.node(1)?.kill9()
+        try await Task.sleep(for: .seconds(cluster.lease + 1))
+        #expect(try await join(bob, "four").type == MessageType.ok)
+        try await cluster.start(1, ["--max-rooms-per-app", "2"])
+        try await within(.seconds(5), "node 1 to forget the rooms it ran before") {
+            while try !counted(1).isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let carol = try await cluster.connect("carol", device: "c", node: 1)
+        #expect(try await join(carol, "five").type == MessageType.ok, "node 2's room and this one: two")
+        #expect(try await join(bob, "six").error?.code == .rateLimited)
     }
 
     /// Presence stays right when a node dies: a callee whose only session was on a node

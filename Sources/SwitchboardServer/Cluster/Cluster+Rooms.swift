@@ -39,14 +39,18 @@ extension Cluster {
     }
 
     /// The live node an app's room already runs on, or this node, which now runs it, when the
-    /// app's rooms across the nodes (those whose lease has not run out) are fewer than
+    /// app's rooms on the nodes whose lease runs (and on this one) are fewer than
     /// `max_rooms_per_app`; `Self.appFull` when they are not. Nil when Redis did not answer.
     func claimRoom(appID: String, name: String, nowMillis: Int64, then: @escaping (String?) -> Void) {
         guard let commands, commands.isConnected else { return then(nil) }
+        let key = Self.roomKey(appID: appID, name: name)
+        roomsBeingClaimed[key] = (appID, name)
         commands.send([
-            "EVAL", Self.claimScript, "3", Self.roomKey(appID: appID, name: name), Self.appRoomsKey(appID), Self.leasesKey, nodeID,
-            String(roomLease.milliseconds), String(nowMillis), String(maxRoomsPerApp), name, String(Self.roomKeyLifetime.milliseconds),
-        ]) { result in
+            "EVAL", Self.claimScript, "4", key, Self.leasesKey,
+            Self.nodeRoomsKey(appID: appID, node: nodeID), Self.roomAppsKey(nodeID), nodeID, appID, String(maxRoomsPerApp), name,
+            String(Self.roomKeyLifetime.milliseconds),
+        ]) { [weak self] result in
+            self?.roomsBeingClaimed[key] = nil
             then((try? result.get())?.text)
         }
     }
@@ -54,39 +58,64 @@ extension Cluster {
     /// What `claimRoom` answers when the app has `max_rooms_per_app` rooms already.
     static let appFull = ""
 
-    /// KEYS: the room's key, the app's rooms (`sb:rooms:<app>`), `sb:leases`; ARGV: this node,
-    /// the lease in ms, the node's time (ms since 1970), `max_rooms_per_app`, the room's name,
-    /// the key's lifetime in ms. A key naming this node, or a node whose lease runs (on Redis's
-    /// clock), is the room's node; else the room is this node's if the app may have one more.
+    /// KEYS: the room's key, `sb:leases`, this node's rooms of the app, this node's apps
+    /// (`roomAppsKey`); ARGV: this node, the app, `max_rooms_per_app`, the room's name, the
+    /// key's lifetime in ms. A key naming this node, or a node whose lease runs (on Redis's
+    /// clock), is the room's node. Else the room is this node's if the app's rooms on this node
+    /// and on those whose lease runs are fewer than the limit: a node's rooms are counted from
+    /// the set it keeps of their names (no room is renewed), and a dead node's stop counting
+    /// when its lease runs out. The other nodes' sets are named here, from `sb:leases`.
     static let claimScript = """
         \(now)
         local v = redis.call('get', KEYS[1])
-        if v ~= false and (v == ARGV[1] or tonumber(redis.call('hget', KEYS[3], v) or '0') >= now) then return v end
-        redis.call('zremrangebyscore', KEYS[2], '-inf', ARGV[3])
-        if redis.call('zscore', KEYS[2], ARGV[5]) == false and redis.call('zcard', KEYS[2]) >= tonumber(ARGV[4]) then return '' end
-        redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[6])
-        redis.call('zadd', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), ARGV[5])
-        redis.call('pexpire', KEYS[2], ARGV[2])
+        if v ~= false and (v == ARGV[1] or tonumber(redis.call('hget', KEYS[2], v) or '0') >= now) then return v end
+        local leases = redis.call('hgetall', KEYS[2])
+        local rooms = redis.call('scard', KEYS[3])
+        for i = 1, #leases, 2 do
+            if leases[i] ~= ARGV[1] and tonumber(leases[i + 1]) >= now then
+                rooms = rooms + redis.call('scard', 'sb:rooms:' .. ARGV[2] .. ':' .. leases[i])
+            end
+        end
+        if redis.call('sismember', KEYS[3], ARGV[4]) == 0 and rooms >= tonumber(ARGV[3]) then return '' end
+        redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[5])
+        redis.call('sadd', KEYS[3], ARGV[4])
+        redis.call('sadd', KEYS[4], ARGV[2])
         return ARGV[1]
         """
 
-    /// The ordinary rooms this node runs count for their apps a lease longer (with `holdRoom`).
-    func countRooms(_ names: [String: [String]], nowMillis: Int64) {
-        let until = String(nowMillis + roomLease.milliseconds)
-        for (appID, rooms) in names where !rooms.isEmpty {
-            commands?.sendIgnoringReply([Array("ZADD".utf8), Array(Self.appRoomsKey(appID).utf8)] + rooms.flatMap { [Array(until.utf8), Array($0.utf8)] })
-            commands?.sendIgnoringReply(["PEXPIRE", Self.appRoomsKey(appID), String(roomLease.milliseconds)].map { Array($0.utf8) })
+    /// Writes again what Redis knows of the ordinary rooms this node runs: each app's set of
+    /// their names (the sets a process of this node's id kept before go first), and their keys
+    /// (those another node holds are left as they are), `roomBatch` to a command. At the start,
+    /// whenever Redis answers again (it may have lost them, or a room closed meanwhile), when
+    /// this node's lease had run out, and every `roomKeyRewrite`.
+    func writeRooms(_ running: [(appID: String, name: String)]) {
+        // With the rooms being claimed (whose claim Redis may have run before the sets go).
+        var rooms = running
+        let known = Set(running.map { Self.roomKey(appID: $0.appID, name: $0.name) })
+        rooms += roomsBeingClaimed.filter { !known.contains($0.key) }.map(\.value)
+        sendIgnoringReply(["EVAL", Self.forgetRoomsScript, "1", Self.roomAppsKey(nodeID), nodeID])
+        for (appID, names) in Dictionary(grouping: rooms, by: \.appID) {
+            for start in stride(from: 0, to: names.count, by: Self.roomBatch) {
+                sendIgnoringReply(["SADD", Self.nodeRoomsKey(appID: appID, node: nodeID)] + names[start..<min(start + Self.roomBatch, names.count)].map(\.name))
+            }
+            sendIgnoringReply(["SADD", Self.roomAppsKey(nodeID), appID])
         }
+        holdRooms(rooms)
     }
+
+    /// KEYS: this node's apps (`roomAppsKey`); ARGV: this node. Its sets of room names go.
+    static let forgetRoomsScript = """
+        for _, app in ipairs(redis.call('smembers', KEYS[1])) do redis.call('del', 'sb:rooms:' .. app .. ':' .. ARGV[1]) end
+        return redis.call('del', KEYS[1])
+        """
 
     /// Room `name` is made here: its key names this node (unless another node holds it).
     func holdRoom(appID: String, name: String) {
         holdRooms([(appID, name)])
     }
 
-    /// Writes again the keys of rooms this node runs (those another node holds are left as
-    /// they are), `roomBatch` to a command: after this node's lease ran out (Redis lost them in
-    /// a restart, say), and every `roomKeyRewrite`.
+    /// Sets the keys of rooms this node runs (those another node holds are left as they are),
+    /// `roomBatch` to a command.
     func holdRooms(_ rooms: [(appID: String, name: String)]) {
         for start in stride(from: 0, to: rooms.count, by: Self.roomBatch) {
             let keys = rooms[start..<min(start + Self.roomBatch, rooms.count)].map { Self.roomKey(appID: $0.appID, name: $0.name) }
@@ -106,12 +135,13 @@ extension Cluster {
         return 0
         """
 
-    /// The room closed here: its key goes (when still this node's), and it no longer counts
-    /// for its app.
+    /// The room closed here: it no longer counts for its app, and its key goes (when still
+    /// this node's).
     func releaseRoom(appID: String, name: String) {
         let release = """
-            if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('zrem', KEYS[2], ARGV[2]) return redis.call('del', KEYS[1]) end return 0
+            redis.call('srem', KEYS[2], ARGV[2])
+            if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0
             """
-        commands?.send(["EVAL", release, "2", Self.roomKey(appID: appID, name: name), Self.appRoomsKey(appID), nodeID, name]) { _ in }
+        sendIgnoringReply(["EVAL", release, "2", Self.roomKey(appID: appID, name: name), Self.nodeRoomsKey(appID: appID, node: nodeID), nodeID, name])
     }
 }

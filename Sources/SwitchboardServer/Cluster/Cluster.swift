@@ -10,7 +10,8 @@ import SwitchboardSupport
 /// call starts or moves, never renewed) and whether that node still holds its calls (its lease
 /// in `sb:leases`, one field per node renewed every third of `call_lease_seconds`, as the store
 /// renews one row), who is in an answered call (`sb:busy:<app>:<identity>`, a sorted set of
-/// call ids, each counting while its call's node is live), and pub/sub: a channel per node
+/// call ids, each counting while its call's node is live), which node runs each ordinary room
+/// and the names of each node's rooms of an app (`Cluster+Rooms.swift`), and pub/sub: a channel per node
 /// (`sb:n:<id>`: actions passed on to a call's owner, their answers, invite receipts) and a
 /// channel per user (`sb:u:<app>:<identity>`) every node with a session of that user listens
 /// on. Each user event is also kept for `cluster_event_replay_seconds` in one stream
@@ -30,10 +31,10 @@ package final class Cluster: @unchecked Sendable {
     let logger: Logger
     private let nodeTimeout: Duration
     private let forwardTimeout: Duration
-    /// How long a room's key lasts unless its node renews it (with its calls').
-    let roomLease: Duration
-    /// `max_rooms_per_app`, counted across the nodes (`sb:rooms:<app>`).
+    /// `max_rooms_per_app`, counted across the nodes (`sb:rooms:<app>:<node>`).
     let maxRoomsPerApp: Int
+    /// The rooms whose claim Redis has not answered yet, by key (`claimRoom`).
+    var roomsBeingClaimed: [String: (appID: String, name: String)] = [:]
     /// Commands and publishes (`Cluster+Calls`, `Cluster+Rooms` send theirs here too).
     private(set) var commands: RedisConnection?
     private var subscriber: RedisConnection?
@@ -91,7 +92,6 @@ package final class Cluster: @unchecked Sendable {
         nodeTimeout = .seconds(limits.nodeTimeoutSeconds)
         forwardTimeout = .milliseconds(limits.clusterForwardTimeoutMillis)
         eventReplay = .seconds(limits.clusterEventReplaySeconds)
-        roomLease = .seconds(limits.callLeaseSeconds)
         maxRoomsPerApp = limits.maxRoomsPerApp
     }
 
@@ -107,8 +107,11 @@ package final class Cluster: @unchecked Sendable {
     /// Each node's lease on the calls it holds: until when (ms since 1970), by node id.
     static let leasesKey = "sb:leases"
     static func roomKey(appID: String, name: String) -> String { "sb:room:" + appID + ":" + name }
-    /// An app's ordinary rooms across the nodes: each name scored with when its lease runs out.
-    static func appRoomsKey(_ appID: String) -> String { "sb:rooms:" + appID }
+    /// The names of the ordinary rooms of an app one node runs: the app's rooms across the
+    /// nodes are those of the nodes whose lease runs (`max_rooms_per_app`).
+    static func nodeRoomsKey(appID: String, node: String) -> String { "sb:rooms:" + appID + ":" + node }
+    /// The apps a node has a `nodeRoomsKey` set for.
+    static func roomAppsKey(_ node: String) -> String { "sb:roomapps:" + node }
     /// Every user event of the last `cluster_event_replay_seconds`: its channel (`c`) and
     /// message (`m`).
     static let eventsKey = "sb:events"

@@ -163,7 +163,7 @@ extension Hub {
         guard let cluster else { return }
         cluster.renewLease(for: .seconds(configuration.limits.callLeaseSeconds)) { [weak self] in
             self?.reclaimClusterCalls()
-            self?.writeClusterRoomKeys()
+            self?.writeClusterRooms()
         }
     }
 
@@ -197,6 +197,7 @@ extension Hub {
     func clusterRedisConnected() {
         guard let cluster else { return }
         renewClusterLeases()
+        writeClusterRooms()
         for call in calls.values where !call.state.ringingCallees.isEmpty {
             let state = call.state
             cluster.markRinging(

@@ -137,11 +137,11 @@ extension Hub {
         localDelivery.deliver(OutgoingEvent(type: type, data: .value(message["data"] ?? .null)), toPeer: peerID)
     }
 
-    /// Writes again the keys of the ordinary rooms this node runs (those another node took
-    /// meanwhile stay its).
-    func writeClusterRoomKeys() {
+    /// Writes again what Redis knows of the ordinary rooms this node runs: the names it counts
+    /// for their apps, and their keys (those another node took meanwhile stay its).
+    func writeClusterRooms() {
         roomKeysWritten = now
-        cluster?.holdRooms(rooms.rooms.values.filter { $0.call == nil }.map { ($0.key.appID, $0.key.name) })
+        cluster?.writeRooms(rooms.rooms.values.filter { $0.call == nil }.map { ($0.key.appID, $0.key.name) })
     }
 
     /// A room this node ran closed: its members elsewhere are no longer routed to, its key goes.
@@ -150,18 +150,14 @@ extension Hub {
         cluster?.releaseRoom(appID: key.appID, name: key.name)
     }
 
-    /// Every third of `call_lease_seconds`: the ordinary rooms this node runs count for their
-    /// apps a lease longer (their keys need nothing: this node's lease says they run, and they
-    /// are written again every `Cluster.roomKeyRewrite`); the members of its rooms whose node
-    /// died leave them (`disconnected`); the rooms its sessions are in that ran on a node that
-    /// died are closed for them (`room.closed`, reason `node_lost`: they join again, and the
-    /// room is made again on a live node).
+    /// Every third of `call_lease_seconds`: the members of this node's rooms whose node died
+    /// leave them (`disconnected`); the rooms its sessions are in that ran on a node that died
+    /// are closed for them (`room.closed`, reason `node_lost`: they join again, and the room is
+    /// made again on a live node). Nothing is renewed per room: this node's lease says its
+    /// rooms run, and what Redis knows of them is written again every `Cluster.roomKeyRewrite`.
     func keepClusterRooms() {
         guard let cluster else { return }
-        var counted: [String: [String]] = [:]
-        for room in rooms.rooms.values where room.call == nil { counted[room.key.appID, default: []].append(room.key.name) }
-        cluster.countRooms(counted, nowMillis: wallMillis)
-        if roomKeysWritten.map({ now - $0 >= Cluster.roomKeyRewrite }) ?? true { writeClusterRoomKeys() }
+        if roomKeysWritten.map({ now - $0 >= Cluster.roomKeyRewrite }) ?? true { writeClusterRooms() }
         let nodes = Set(remoteMembers.values).union(roomHomes.values)
         guard !nodes.isEmpty else { return }
         cluster.alive(nodes) { [weak self] living in

@@ -91,7 +91,7 @@ final class Hub: @unchecked Sendable {
     var roomHomes: [RoomKey: String] = [:]
     /// In a cluster: the node of each member of this node's rooms whose session is on another.
     var remoteMembers: [String: String] = [:]
-    /// When this node last wrote the keys of the ordinary rooms it runs (`Cluster.roomKeyRewrite`).
+    /// When this node last wrote what Redis knows of the ordinary rooms it runs (`Cluster.roomKeyRewrite`).
     var roomKeysWritten: ContinuousClock.Instant?
     /// In a cluster: connections waiting for their session (the cluster's connect count, or
     /// the session from another node).
