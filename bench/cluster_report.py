@@ -182,6 +182,11 @@ per setup, alternating twice: one node 27.7 and 25.7 before, 18.1 and 18.7 after
 and 25.0 against 16.8 and 17.6. The CPU those switches cost is inside these runs' spread (one
 node 11.7 and 14.8 s against 12.2 and 12.6 s; the cluster 18.4 and 21.2 s against 18.8 and
 18.6 s), on an hour when one node's run varied by a quarter from one run to the next.
+The session's first build and its last (both changes), alternating three times later that
+hour: the cluster's CPU 19.6, 21.8, 21.0 s before and 17.6, 20.9, 18.2 s after (one node
+10.6, 12.8, 14.9 s and 10.8, 15.1, 13.4 s: the host slowed as it went); two-node reply p99
+10.0, 15.0, 16.9 ms before and 8.8, 27.9, 9.6 ms after (the 27.9 ms in the round whose one
+node's p99 was 22.3 ms), invite p99 11.1, 16.7, 19.0 ms and 9.9, 30.1, 11.1 ms.
 """
 
 
