@@ -96,6 +96,13 @@ final class TestCluster: Sendable {
             body: body.map { JSONText.serialize($0) })
     }
 
+    /// A room made by `POST /v1/rooms` through node `number`: its name.
+    func createRoom(node number: Int) async throws -> String {
+        let created = try await rest("POST", "/v1/rooms", node: number, body: [:])
+        #expect(created.status == 201, "\(created.text)")
+        return try #require(try JSONDecoder().decode(JSONValue.self, from: Data(created.body))["name"]?.stringValue)
+    }
+
     /// The resume token of a client's session, from the welcome `connect` kept.
     func welcomeToken(of client: TestClient) async throws -> String? {
         client.welcome.withLock { $0 }?["resume_token"]?.stringValue
@@ -986,9 +993,7 @@ struct ClusterTests {
         let cluster = try TestCluster()
         defer { cluster.stop() }
         for node in 1...2 { try await cluster.start(node) }
-        let created = try await cluster.rest("POST", "/v1/rooms", node: 1, body: [:])
-        #expect(created.status == 201, "\(created.text)")
-        let name = try #require(try JSONDecoder().decode(JSONValue.self, from: Data(created.body))["name"]?.stringValue)
+        let name = try await cluster.createRoom(node: 1)
         let bob = try await cluster.connect("bob", device: "b", node: 2)
         let joined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: name))
         let peer = try #require(joined.data?["peer_id"]?.stringValue, "\(joined)")
@@ -1015,9 +1020,7 @@ struct ClusterTests {
         let cluster = try TestCluster()
         defer { cluster.stop() }
         for node in 1...2 { try await cluster.start(node) }
-        let created = try await cluster.rest("POST", "/v1/rooms", node: 1, body: [:])
-        #expect(created.status == 201, "\(created.text)")
-        let name = try #require(try JSONDecoder().decode(JSONValue.self, from: Data(created.body))["name"]?.stringValue)
+        let name = try await cluster.createRoom(node: 1)
         let key = "sb:room:\(cluster.app.id):\(name)"
         let written = try #require(try cluster.redis.command(["PTTL", key])?.integer)
         #expect(written > 86_000_000, "a room's key lasts a day, not a lease: \(written) ms")

@@ -85,7 +85,7 @@ extension Cluster {
 
     /// Writes again what Redis knows of the ordinary rooms this node runs: each app's set of
     /// their names (the sets a process of this node's id kept before go first), and their keys
-    /// (those another node holds are left as they are), `roomBatch` to a command. At the start,
+    /// (those another node holds are left as they are), `keysPerScript` to a command. At the start,
     /// whenever Redis answers again (it may have lost them, or a room closed meanwhile), when
     /// this node's lease had run out, and every `roomKeyRewrite`.
     func writeRooms(_ running: [(appID: String, name: String)]) {
@@ -95,8 +95,8 @@ extension Cluster {
         rooms += roomsBeingClaimed.filter { !known.contains($0.key) }.map(\.value)
         sendIgnoringReply(["EVAL", Self.forgetRoomsScript, "1", Self.roomAppsKey(nodeID), nodeID])
         for (appID, names) in Dictionary(grouping: rooms, by: \.appID) {
-            for start in stride(from: 0, to: names.count, by: Self.roomBatch) {
-                sendIgnoringReply(["SADD", Self.nodeRoomsKey(appID: appID, node: nodeID)] + names[start..<min(start + Self.roomBatch, names.count)].map(\.name))
+            for batch in names.batches(of: Self.keysPerScript) {
+                sendIgnoringReply(["SADD", Self.nodeRoomsKey(appID: appID, node: nodeID)] + batch.map(\.name))
             }
             sendIgnoringReply(["SADD", Self.roomAppsKey(nodeID), appID])
         }
@@ -115,15 +115,13 @@ extension Cluster {
     }
 
     /// Sets the keys of rooms this node runs (those another node holds are left as they are),
-    /// `roomBatch` to a command.
+    /// `keysPerScript` to a command.
     func holdRooms(_ rooms: [(appID: String, name: String)]) {
-        for start in stride(from: 0, to: rooms.count, by: Self.roomBatch) {
-            let keys = rooms[start..<min(start + Self.roomBatch, rooms.count)].map { Self.roomKey(appID: $0.appID, name: $0.name) }
+        for batch in rooms.batches(of: Self.keysPerScript) {
+            let keys = batch.map { Self.roomKey(appID: $0.appID, name: $0.name) }
             sendIgnoringReply(["EVAL", Self.holdRoomsScript, String(keys.count)] + keys + [nodeID, String(Self.roomKeyLifetime.milliseconds)])
         }
     }
-
-    static let roomBatch = 200
 
     /// KEYS: room keys; ARGV: this node, the keys' lifetime in ms. Each key this node or nobody
     /// holds is set to this node.

@@ -31,6 +31,9 @@ package final class Cluster: @unchecked Sendable {
     let logger: Logger
     private let nodeTimeout: Duration
     private let forwardTimeout: Duration
+    /// Keys one command or script writes at most when a node writes many again (its calls', its
+    /// rooms'), so that none holds Redis up for long.
+    static let keysPerScript = 200
     /// `max_rooms_per_app`, counted across the nodes (`sb:rooms:<app>:<node>`).
     let maxRoomsPerApp: Int
     /// The rooms whose claim Redis has not answered yet, by key (`claimRoom`).

@@ -1,5 +1,6 @@
 import SwitchboardProtocol
 import SwitchboardSystem
+import SwitchboardSupport
 import SwitchboardCore
 
 extension Hub {
@@ -167,14 +168,13 @@ extension Hub {
         }
     }
 
-    /// Writes again the keys of this node's calls and their busy marks, `renewalBatch` calls
-    /// to a command.
+    /// Writes again the keys of this node's calls and their busy marks, `Cluster.keysPerScript`
+    /// calls to a command.
     private func reclaimClusterCalls() {
         guard let cluster, !calls.isEmpty else { return }
         logger.warning("this node's lease in Redis had run out: its calls' keys are written again", ["calls": String(calls.count)])
-        let live = Array(calls.values)
-        for start in stride(from: 0, to: live.count, by: Self.renewalBatch) {
-            let batch = live[start..<min(start + Self.renewalBatch, live.count)].map { call in
+        for live in Array(calls.values).batches(of: Cluster.keysPerScript) {
+            let batch = live.map { call in
                 let state = call.state
                 let busy = ([state.caller] + state.callees).filter { answeredCallsByUser[Self.userKey(state.appID, $0)]?.contains(state.id) == true }
                 return (id: state.id, appID: state.appID, busy: busy, until: clusterKeyEnd(state))
@@ -204,7 +204,4 @@ extension Hub {
                 appID: state.appID, callees: state.callees, ringing: Set(state.ringingCallees), callID: state.id, untilMillis: state.ringExpiresAtMillis)
         }
     }
-
-    /// Calls per command when their keys are written again.
-    static let renewalBatch = 200
 }

@@ -17,12 +17,12 @@ extension Store {
         let added = Array(wanted.subtracting(current)).sorted(), removed = Array(current.subtracting(wanted)).sorted()
         guard !added.isEmpty || !removed.isEmpty else { return }
         _ = try write { database in
-            for chunk in stride(from: 0, to: removed.count, by: 500).map({ removed[$0..<min($0 + 500, removed.count)] }) {
+            for chunk in removed.batches(of: 500) {
                 try database.query(
                     "DELETE FROM blocked WHERE app_id = ? AND user_id = ? AND blocked_id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))",
                     [.text(appID), .text(userID)] + chunk.map(SQLValue.text))
             }
-            for chunk in stride(from: 0, to: added.count, by: 500).map({ added[$0..<min($0 + 500, added.count)] }) {
+            for chunk in added.batches(of: 500) {
                 try database.query(
                     "INSERT INTO blocked (app_id, user_id, blocked_id) VALUES "
                         + Array(repeating: "(?, ?, ?)", count: chunk.count).joined(separator: ", ") + " ON CONFLICT DO NOTHING",
