@@ -6,7 +6,8 @@
 # Two nodes on one Redis (core 0), SETUPS (2,000) setups at 500/s from core 1, each call's
 # caller on node a and callee on node b, cancelled at the end: Redis's main-thread CPU a setup.
 # Then the same setups again with MONITOR recording Redis's commands, replayed RUNS (3) times
-# against a fresh Redis on core 0 by bench/redis_replay.py on core 1.
+# against a fresh Redis on core 0 by bench/redis_replay.py on core 1 (REPLAY_STATS=1: each
+# replay's most costly commands after it, from `INFO commandstats`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 setups=${1:-2000} runs=${2:-3} bin=${BENCH_BIN:-.build/release}
@@ -55,6 +56,10 @@ python3 -c 'import sys; b, a, n = float(sys.argv[1]), float(sys.argv[2]), int(sy
 redis-cli -p "$redis_port" MONITOR >"$out/monitor.txt" &
 monitor=$!
 sleep 0.5
+# The nodes send a script in full once per connection, by its SHA-1 after: with Redis's scripts
+# flushed, each script's next run is refused (NOSCRIPT) and sent in full, so that the recording
+# holds every script's body for the fresh Redis of the replay.
+redis-cli -p "$redis_port" SCRIPT FLUSH >/dev/null
 calls
 sleep 1
 kill "$monitor"
@@ -62,5 +67,6 @@ for _ in $(seq 1 "$runs"); do
   port=$(free_port)
   start_redis "$port"
   taskset -c 1 python3 bench/redis_replay.py "$out/monitor.txt" "$setups" "$port"
+  [ -n "${REPLAY_STATS:-}" ] && redis-cli -p "$port" INFO commandstats | grep -E "calls=" | sed "s/,rejected.*//" | sort -t= -k3 -n -r | head -12
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
 done

@@ -59,6 +59,81 @@ struct RedisConnectionTests {
         #expect(stats.contains("cmdstat_client|reply:calls=101,"), "\(stats)")
     }
 
+    /// Runs `count` rounds of a script that counts in `n` and answers the count, on a connection
+    /// of its own; `between` runs after round `pauseAfter`. Answers the replies.
+    private func scriptRounds(_ url: RedisURL, count: Int, pauseAfter: Int = -1, between: @escaping @Sendable () -> Void = {}) async throws
+        -> [Int]
+    {
+        let loop = try EventLoop(name: "redis-script-test")
+        defer { loop.stop() }
+        let script = RedisScript("return redis.call('incrby', KEYS[1], ARGV[1])")
+        return try await withCheckedThrowingContinuation { continuation in
+            loop.execute {
+                let connection = RedisConnection(url: url, loop: loop)
+                connection.reconnectDelay = .milliseconds(50)
+                var replies: [Int] = []
+                func round() {
+                    connection.run(script, keys: ["n"], arguments: ["1"]) { result in
+                        switch result {
+                        case .success(.integer(let value)): replies.append(Int(value))
+                        case .failure:  // Redis restarting: again
+                            _ = loop.schedule(after: .milliseconds(50)) { round() }
+                            return
+                        default: replies.append(-1)
+                        }
+                        if replies.count == count {
+                            connection.close(graceful: true)
+                            return continuation.resume(returning: replies)
+                        }
+                        // On the loop, which waits meanwhile.
+                        if replies.count == pauseAfter + 1 { between() }
+                        round()
+                    }
+                }
+                connection.onStateChange = { up in
+                    guard up, replies.isEmpty else { return }
+                    round()
+                }
+            }
+        }
+    }
+
+    /// A script goes in full once, by its SHA-1 after: Redis reads and hashes 40 bytes for it.
+    @Test func aScriptIsSentInFullOnceThenByItsName() async throws {
+        let redis = try RedisServer()
+        defer { redis.destroy() }
+        let replies = try await scriptRounds(try RedisURL(redis.url), count: 5)
+        #expect(replies == [1, 2, 3, 4, 5])
+        let stats = try #require(try redis.command(["INFO", "commandstats"])?.text)
+        #expect(stats.contains("cmdstat_eval:calls=1,"), "\(stats)")
+        #expect(stats.contains("cmdstat_evalsha:calls=4,"), "\(stats)")
+    }
+
+    /// A Redis that lost its scripts while the connection held (`SCRIPT FLUSH`) answers
+    /// `NOSCRIPT`: the script goes in full again and runs, and the caller never sees the
+    /// refusal. A Redis restarted behind the address (a new connection) gets it in full too.
+    @Test func aScriptRedisLostIsSentInFullAgain() async throws {
+        let redis = try RedisServer()
+        defer { redis.destroy() }
+        let url = try RedisURL(redis.url)
+        let flushed = try await scriptRounds(url, count: 4, pauseAfter: 1) { _ = try? redis.command(["SCRIPT", "FLUSH"]) }
+        #expect(flushed == [1, 2, 3, 4])
+        let stats = try #require(try redis.command(["INFO", "commandstats"])?.text)
+        // Rounds 1 and 3 in full; round 3 first by name, refused.
+        #expect(stats.contains("cmdstat_eval:calls=2,"), "\(stats)")
+        #expect(stats.contains("cmdstat_evalsha:calls=3,"), "\(stats)")
+
+        let restarted = try await scriptRounds(url, count: 4, pauseAfter: 1) {
+            redis.stop()
+            try? redis.start()
+        }
+        // The restarted Redis has no `n` and no script: counting starts again, in full.
+        #expect(restarted == [5, 6, 1, 2])
+        let after = try #require(try redis.command(["INFO", "commandstats"])?.text)
+        #expect(after.contains("cmdstat_eval:calls=1,"), "\(after)")
+        #expect(after.contains("cmdstat_evalsha:calls=1,"), "\(after)")
+    }
+
     /// A user who may not run `CLIENT` (as behind some proxies and managed services): the
     /// connection does not ask Redis to leave replies out, and reads the ignored ones past.
     @Test func whereRedisRefusesToLeaveRepliesOutTheyAreReadPast() async throws {

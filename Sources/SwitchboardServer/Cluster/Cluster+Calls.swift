@@ -36,9 +36,9 @@ extension Cluster {
         // The idempotency key first: a retry of a call made already counts as no new invite.
         let idempotency = idempotencyKey.map { "sb:idem:" + appID + ":" + caller + ":" + $0 } ?? "sb:idem:-"
         let inviteKeys = [idempotency] + Self.inviteKeys(appID: appID, caller: caller, callees: identities)
-        commands.send(
-            ["EVAL", Self.inviteScript, String(inviteKeys.count)] + inviteKeys
-                + [String(nowMillis), String(limits.invitesPerMinute), String(limits.invitesPerPairPerMinute), callID, idempotencyKey == nil ? "0" : "1"]
+        commands.run(
+            Self.inviteScript, keys: inviteKeys,
+            arguments: [String(nowMillis), String(limits.invitesPerMinute), String(limits.invitesPerPairPerMinute), callID, idempotencyKey == nil ? "0" : "1"]
         ) { result in
             switch result {
             case .success(.array(let reply)) where reply.count == 2:
@@ -60,9 +60,9 @@ extension Cluster {
     func admitConnect(appID: String, identity: String, limit: Int, nowMillis: Int64, then: @escaping (Bool) -> Void) {
         guard let commands, commands.isConnected else { return then(true) }
         nextForward += 1
-        commands.send(
-            ["EVAL", Self.inviteScript, "2", "sb:idem:-", "sb:conn:" + appID + ":" + identity, String(nowMillis), String(limit), "0",
-             instance + "/c" + String(nextForward), "0"]
+        commands.run(
+            Self.inviteScript, keys: ["sb:idem:-", "sb:conn:" + appID + ":" + identity],
+            arguments: [String(nowMillis), String(limit), "0", instance + "/c" + String(nextForward), "0"]
         ) { result in
             if case .success(.array(let reply)) = result, reply.first?.integer == 0 { return then(false) }
             then(true)
@@ -71,9 +71,7 @@ extension Cluster {
 
     /// A call refused after it took an idempotency key: the key is free again (if still its).
     func forgetIdempotencyKey(appID: String, caller: String, key: String, callID: String) {
-        sendIgnoringReply(
-            ["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1",
-             "sb:idem:" + appID + ":" + caller + ":" + key, callID])
+        commands?.runIgnoringReply(Self.deleteIfScript, keys: ["sb:idem:" + appID + ":" + caller + ":" + key], arguments: [callID])
     }
 
     /// An invite `callSetup` counted for call `callID`, which did not start (a block list
@@ -93,7 +91,7 @@ extension Cluster {
     /// invites. Answers {2, call} when the key names a call already (no invite counted), {0}
     /// when a limit refuses it (nothing counted, as on one node), {1} when the call may go:
     /// its invite counted and the key taken for it (a day).
-    static let inviteScript = """
+    static let inviteScript = RedisScript("""
         if ARGV[5] == '1' then
             local earlier = redis.call('get', KEYS[1])
             if earlier then return {2, earlier} end
@@ -105,7 +103,7 @@ extension Cluster {
         for i = 2, #KEYS do redis.call('zadd', KEYS[i], now, ARGV[4]) redis.call('pexpire', KEYS[i], 60000) end
         if ARGV[5] == '1' then redis.call('set', KEYS[1], ARGV[4], 'PX', 86400000) end
         return {1, ''}
-        """
+        """)
 
     /// Which of `identities` have a session on some node, and which are in an answered call:
     /// `nil` when Redis did not answer.
@@ -151,7 +149,7 @@ extension Cluster {
     private func liveOwners(of marks: [(identity: String, callID: String)], appID: String, then: @escaping (Set<String>?) -> Void) {
         guard let commands else { return then(nil) }
         let keys = [Self.leasesKey] + marks.map { Self.callKey($0.callID) }
-        commands.send(["EVAL", Self.callOwnersScript, String(keys.count)] + keys) { [weak self] result in
+        commands.run(Self.callOwnersScript, keys: keys, arguments: []) { [weak self] result in
             guard case .success(.array(let owners)) = result, owners.count == marks.count else { return then(nil) }
             var inCall: Set<String> = []
             for (mark, owner) in zip(marks, owners) {
@@ -168,7 +166,7 @@ extension Cluster {
     /// KEYS[1]: `sb:leases`, then call keys. Answers for each call 1 when a live node holds it,
     /// 0 when the node holding it stopped renewing its lease, -1 when its key is gone. Leases
     /// are times on Redis's clock (`leaseScript`).
-    static let callOwnersScript = """
+    static let callOwnersScript = RedisScript("""
         \(now)
         local owners = {}
         for i = 2, #KEYS do
@@ -178,7 +176,7 @@ extension Cluster {
             else owners[i - 1] = 0 end
         end
         return owners
-        """
+        """)
 
     /// Who is where, cluster-wide (and, for a call setup, its limits and idempotency key).
     struct Presence {
@@ -204,7 +202,7 @@ extension Cluster {
     /// or stalled longer than the lease, and another may have taken its calls).
     func renewLease(for lease: Duration, lapsed: @escaping () -> Void) {
         guard let commands, commands.isConnected else { return }
-        commands.send(["EVAL", Self.leaseScript, "1", Self.leasesKey, nodeID, String(lease.milliseconds)]) { result in
+        commands.run(Self.leaseScript, keys: [Self.leasesKey], arguments: [nodeID, String(lease.milliseconds)]) { result in
             if case .success(.integer(1)) = result { lapsed() }
         }
     }
@@ -212,13 +210,13 @@ extension Cluster {
     /// KEYS[1]: `sb:leases`; ARGV: the node, the lease in ms. The lease's end is a time on
     /// Redis's clock (as a key's expiry would be), so that only Redis's clock decides whether
     /// it ran out. Answers 1 when it had run out (or there was none), else 0.
-    static let leaseScript = """
+    static let leaseScript = RedisScript("""
         \(now)
         local before = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
         redis.call('hset', KEYS[1], ARGV[1], string.format('%.0f', now + tonumber(ARGV[2])))
         if before < now then return 1 end
         return 0
-        """
+        """)
 
     /// A script's first line: `now`, Redis's time in ms since 1970.
     static let now = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000)"
@@ -231,7 +229,7 @@ extension Cluster {
         let marks = calls.flatMap { call in call.busy.map { (key: Self.busyKey(appID: call.appID, identity: $0), callID: call.id, until: call.until) } }
         let keys = calls.map { Self.callKey($0.id) } + marks.map(\.key)
         let arguments = [nodeID, String(calls.count)] + calls.map { String($0.until) } + marks.flatMap { [$0.callID, String($0.until)] }
-        commands?.send(["EVAL", Self.reclaimScript, String(keys.count)] + keys + arguments) { result in
+        commands?.run(Self.reclaimScript, keys: keys, arguments: arguments) { result in
             guard case .success(.array(let indexes)) = result else { return }
             for index in indexes.compactMap(\.integer) where index >= 1 && index <= calls.count { lost(calls[Int(index) - 1].id) }
         }
@@ -241,7 +239,7 @@ extension Cluster {
     /// call key's end (ms since 1970), then each busy key's call and end. Each call key this
     /// node or nobody holds is set to this node; each busy mark is written (its key lasting at
     /// least as long). Answers the (1-based) call keys another node holds.
-    static let reclaimScript = """
+    static let reclaimScript = RedisScript("""
         local lost = {}
         local calls = tonumber(ARGV[2])
         for i = 1, calls do
@@ -254,14 +252,14 @@ extension Cluster {
             if redis.call('pexpiretime', KEYS[i]) < tonumber(ARGV[at]) then redis.call('pexpireat', KEYS[i], ARGV[at]) end
         end
         return lost
-        """
+        """)
 
     /// Takes a call whose owner's lease ran out, if no other node took it first (a key this
     /// node's id holds is its own: the process before it under the same id is gone); `taken`
     /// hears whether this node now holds it (its key until `untilMillis`).
     func takeOver(callID: String, untilMillis: Int64, taken: @escaping (Bool) -> Void) {
         guard let commands, commands.isConnected else { return taken(false) }
-        commands.send(["EVAL", Self.takeOverScript, "2", Self.callKey(callID), Self.leasesKey, nodeID, String(untilMillis)]) {
+        commands.run(Self.takeOverScript, keys: [Self.callKey(callID), Self.leasesKey], arguments: [nodeID, String(untilMillis)]) {
             result in
             if case .success(.integer(1)) = result { taken(true) } else { taken(false) }
         }
@@ -270,7 +268,7 @@ extension Cluster {
     /// KEYS: the call's key, `sb:leases`; ARGV: this node, the key's end (ms since 1970).
     /// Sets the key to this node when it is this node's or nobody's, or its node's lease ran
     /// out; answers 1 when it did, 0 when a live node holds it.
-    static let takeOverScript = """
+    static let takeOverScript = RedisScript("""
         \(now)
         local v = redis.call('get', KEYS[1])
         if v == false or v == ARGV[1] or tonumber(redis.call('hget', KEYS[2], v) or '0') < now then
@@ -278,29 +276,29 @@ extension Cluster {
             return 1
         end
         return 0
-        """
+        """)
 
     /// The live node that holds call `callID` (nil: none; a key whose node's lease ran out
     /// names no live node).
     private func liveOwner(of callID: String, then: @escaping (String?) -> Void) {
         guard let commands else { return then(nil) }
-        commands.send(["EVAL", Self.liveOwnerScript, "2", Self.callKey(callID), Self.leasesKey]) { result in
+        commands.run(Self.liveOwnerScript, keys: [Self.callKey(callID), Self.leasesKey], arguments: []) { result in
             then((try? result.get())?.text)
         }
     }
 
     /// KEYS: the call's key, `sb:leases`. Answers the node holding the call if its lease has
     /// not run out.
-    static let liveOwnerScript = """
+    static let liveOwnerScript = RedisScript("""
         \(now)
         local v = redis.call('get', KEYS[1])
         if v and tonumber(redis.call('hget', KEYS[2], v) or '0') >= now then return v end
         return false
-        """
+        """)
 
     /// The call ended: its key goes (when still this node's).
     func release(callID: String) {
-        sendIgnoringReply(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.callKey(callID), nodeID])
+        commands?.runIgnoringReply(Self.deleteIfScript, keys: [Self.callKey(callID)], arguments: [nodeID])
     }
 
     /// Which of `callees` call `callID` rings now (until `untilMillis`, the end of its ring: a

@@ -25,7 +25,7 @@ extension Cluster {
             if let callID {
                 commands.send(["GET", Self.callKey(callID)]) { result in then((try? result.get())?.text) }
             } else {
-                commands.send(["EVAL", Self.liveOwnerScript, "2", Self.roomKey(appID: appID, name: name), Self.leasesKey]) { result in
+                commands.run(Self.liveOwnerScript, keys: [Self.roomKey(appID: appID, name: name), Self.leasesKey], arguments: []) { result in
                     then((try? result.get())?.text)
                 }
             }
@@ -45,11 +45,10 @@ extension Cluster {
         guard let commands, commands.isConnected else { return then(nil) }
         let key = Self.roomKey(appID: appID, name: name)
         roomsBeingClaimed[key] = (appID, name)
-        commands.send([
-            "EVAL", Self.claimScript, "4", key, Self.leasesKey,
-            Self.nodeRoomsKey(appID: appID, node: nodeID), Self.roomAppsKey(nodeID), nodeID, appID, String(maxRoomsPerApp), name,
-            String(Self.roomKeyLifetime.milliseconds),
-        ]) { [weak self] result in
+        commands.run(
+            Self.claimScript, keys: [key, Self.leasesKey, Self.nodeRoomsKey(appID: appID, node: nodeID), Self.roomAppsKey(nodeID)],
+            arguments: [nodeID, appID, String(maxRoomsPerApp), name, String(Self.roomKeyLifetime.milliseconds)]
+        ) { [weak self] result in
             self?.roomsBeingClaimed[key] = nil
             then((try? result.get())?.text)
         }
@@ -65,7 +64,7 @@ extension Cluster {
     /// and on those whose lease runs are fewer than the limit: a node's rooms are counted from
     /// the set it keeps of their names (no room is renewed), and a dead node's stop counting
     /// when its lease runs out. The other nodes' sets are named here, from `sb:leases`.
-    static let claimScript = """
+    static let claimScript = RedisScript("""
         \(now)
         local v = redis.call('get', KEYS[1])
         if v ~= false and (v == ARGV[1] or tonumber(redis.call('hget', KEYS[2], v) or '0') >= now) then return v end
@@ -81,7 +80,7 @@ extension Cluster {
         redis.call('sadd', KEYS[3], ARGV[4])
         redis.call('sadd', KEYS[4], ARGV[2])
         return ARGV[1]
-        """
+        """)
 
     /// Writes again what Redis knows of the ordinary rooms this node runs: each app's set of
     /// their names (the sets a process of this node's id kept before go first), and their keys
@@ -93,7 +92,7 @@ extension Cluster {
         var rooms = running
         let known = Set(running.map { Self.roomKey(appID: $0.appID, name: $0.name) })
         rooms += roomsBeingClaimed.filter { !known.contains($0.key) }.map(\.value)
-        sendIgnoringReply(["EVAL", Self.forgetRoomsScript, "1", Self.roomAppsKey(nodeID), nodeID])
+        commands?.runIgnoringReply(Self.forgetRoomsScript, keys: [Self.roomAppsKey(nodeID)], arguments: [nodeID])
         for (appID, names) in Dictionary(grouping: rooms, by: \.appID) {
             for batch in names.batches(of: Self.keysPerScript) {
                 sendIgnoringReply(["SADD", Self.nodeRoomsKey(appID: appID, node: nodeID)] + batch.map(\.name))
@@ -104,10 +103,10 @@ extension Cluster {
     }
 
     /// KEYS: this node's apps (`roomAppsKey`); ARGV: this node. Its sets of room names go.
-    static let forgetRoomsScript = """
+    static let forgetRoomsScript = RedisScript("""
         for _, app in ipairs(redis.call('smembers', KEYS[1])) do redis.call('del', 'sb:rooms:' .. app .. ':' .. ARGV[1]) end
         return redis.call('del', KEYS[1])
-        """
+        """)
 
     /// Room `name` is made here: its key names this node (unless another node holds it).
     func holdRoom(appID: String, name: String) {
@@ -119,27 +118,31 @@ extension Cluster {
     func holdRooms(_ rooms: [(appID: String, name: String)]) {
         for batch in rooms.batches(of: Self.keysPerScript) {
             let keys = batch.map { Self.roomKey(appID: $0.appID, name: $0.name) }
-            sendIgnoringReply(["EVAL", Self.holdRoomsScript, String(keys.count)] + keys + [nodeID, String(Self.roomKeyLifetime.milliseconds)])
+            commands?.runIgnoringReply(Self.holdRoomsScript, keys: keys, arguments: [nodeID, String(Self.roomKeyLifetime.milliseconds)])
         }
     }
 
     /// KEYS: room keys; ARGV: this node, the keys' lifetime in ms. Each key this node or nobody
     /// holds is set to this node.
-    static let holdRoomsScript = """
+    static let holdRoomsScript = RedisScript("""
         for i = 1, #KEYS do
             local v = redis.call('get', KEYS[i])
             if v == false or v == ARGV[1] then redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2]) end
         end
         return 0
-        """
+        """)
 
     /// The room closed here: it no longer counts for its app, and its key goes (when still
     /// this node's).
     func releaseRoom(appID: String, name: String) {
-        let release = """
-            redis.call('srem', KEYS[2], ARGV[2])
-            if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0
-            """
-        sendIgnoringReply(["EVAL", release, "2", Self.roomKey(appID: appID, name: name), Self.nodeRoomsKey(appID: appID, node: nodeID), nodeID, name])
+        commands?.runIgnoringReply(
+            Self.releaseRoomScript, keys: [Self.roomKey(appID: appID, name: name), Self.nodeRoomsKey(appID: appID, node: nodeID)],
+            arguments: [nodeID, name])
     }
+
+    /// KEYS: the room's key, this node's rooms of its app; ARGV: this node, the room's name.
+    static let releaseRoomScript = RedisScript("""
+        redis.call('srem', KEYS[2], ARGV[2])
+        if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0
+        """)
 }

@@ -123,18 +123,22 @@ package final class Cluster: @unchecked Sendable {
     /// one step: the published message carries its id there (`sid`), so a node knows from where
     /// to read back. Answers how many nodes it reached. The stream is trimmed by every node's
     /// heartbeat, not here: a script's every `redis.call` costs Redis as much as a `PUBLISH`.
-    static let publishEventScript = """
+    static let publishEventScript = RedisScript("""
         local id = redis.call('xadd', KEYS[1], '*', 'c', ARGV[1], 'm', ARGV[2])
         return redis.call('publish', ARGV[1], '{"sid":"' .. id .. '",' .. string.sub(ARGV[2], 2))
-        """
+        """)
 
     /// Sets a key to this node's value when it is this node's or nobody's; answers 1 when it
     /// did, 0 when another holds it.
-    static let holdScript = """
+    static let holdScript = RedisScript("""
         local v = redis.call('get', KEYS[1])
         if v == false or v == ARGV[1] then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
         return 0
-        """
+        """)
+
+    /// Deletes a key when it holds ARGV[1] (a node's own key, a call's idempotency key).
+    static let deleteIfScript = RedisScript(
+        "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0")
 
     // MARK: Membership
 
@@ -231,7 +235,7 @@ package final class Cluster: @unchecked Sendable {
         // heartbeat more); Redis trims it by whole blocks of entries (`~`).
         commands?.send(["XTRIM", Self.eventsKey, "MINID", "~", String(wallMillis - eventReplay.milliseconds)]) { _ in }
         let timeout = nodeTimeout
-        commands?.send(["EVAL", Self.holdScript, "1", Self.nodeKey(nodeID), instance, String(timeout.milliseconds)]) { [weak self] result in
+        commands?.run(Self.holdScript, keys: [Self.nodeKey(nodeID)], arguments: [instance, String(timeout.milliseconds)]) { [weak self] result in
             guard let self else { return }
             if case .success(.integer(0)) = result {
                 logger.error("another process took this node's id in Redis: two nodes run as one", ["node": nodeID])
@@ -245,7 +249,7 @@ package final class Cluster: @unchecked Sendable {
     func stop() {
         if let heartbeat { loop?.cancel(heartbeat) }
         heartbeat = nil
-        commands?.send(["EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", "1", Self.nodeKey(nodeID), instance]) { _ in }
+        commands?.run(Self.deleteIfScript, keys: [Self.nodeKey(nodeID)], arguments: [instance]) { _ in }
         // Its calls were handed over (a drain) or end with it: its lease goes at once.
         sendIgnoringReply(["HDEL", Self.leasesKey, nodeID])
         // What was sent (the key's removal) goes out before the connections close.
@@ -305,7 +309,7 @@ package final class Cluster: @unchecked Sendable {
 
     private func sendEvent(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64) {
         guard let commands else { return }
-        commands.send([Self.eval, Self.publishEventScriptBytes, Self.one, Self.eventsKeyBytes, channel, message]) {
+        commands.run(Self.publishEventScript, keys: [Self.eventsKeyBytes], arguments: [channel, message]) {
             [weak self] result in
             guard let self else { return }
             switch result {
@@ -325,8 +329,7 @@ package final class Cluster: @unchecked Sendable {
     /// When the last refusal to keep an event was logged (once in 10 s at most).
     private var refusalLoggedAtMillis: Int64 = 0
 
-    private static let eval = Array("EVAL".utf8), one = Array("1".utf8), eventsKeyBytes = Array(eventsKey.utf8)
-    private static let publishEventScriptBytes = Array(publishEventScript.utf8)
+    private static let eventsKeyBytes = Array(eventsKey.utf8)
 
     /// Keeps a user event Redis did not take, dropping those held past `eventReplay` (checked
     /// once they are a second past it, so that a long outage drops them in batches).

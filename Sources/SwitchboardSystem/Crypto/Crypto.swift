@@ -31,6 +31,15 @@ public enum Crypto {
         return Array(output.prefix(Int(length)))
     }
 
+    /// SHA-1 of `data` (Redis names a script by it: not for anything that needs a secure hash).
+    public static func sha1(_ data: some ContiguousBytes) -> [UInt8] {
+        var output = [UInt8](repeating: 0, count: 20)
+        data.withUnsafeBytes { bytes in
+            _ = SHA1(bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, &output)
+        }
+        return output
+    }
+
     /// SHA-256 of `data`.
     public static func sha256(_ data: some ContiguousBytes) -> [UInt8] {
         var output = [UInt8](repeating: 0, count: 32)

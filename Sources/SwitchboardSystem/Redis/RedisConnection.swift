@@ -88,6 +88,21 @@ public struct RedisURL: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
+/// A Lua script for Redis, known by its SHA-1: a connection sends its body once (`EVAL`, which
+/// leaves it in Redis's script cache) and its name after that (`EVALSHA`), so that Redis reads
+/// and hashes 40 bytes for it instead of the whole script each time it runs.
+public struct RedisScript: Sendable {
+    public let body: [UInt8]
+    /// The SHA-1 of `body`, in lowercase hex (as `SCRIPT LOAD` answers it).
+    public let sha: [UInt8]
+
+    public init(_ source: String) {
+        body = Array(source.utf8)
+        let digits = Array("0123456789abcdef".utf8)
+        sha = Crypto.sha1(body).flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xF)]] }
+    }
+}
+
 /// One asynchronous connection to Redis on an event loop: commands are sent and their replies
 /// come back on the loop's thread, in order, without blocking it (hiredis' asynchronous API on
 /// the loop's libev). A lost connection is made again by itself after `reconnectDelay`; the
@@ -140,6 +155,7 @@ public final class RedisConnection: @unchecked Sendable {
         guard status == 0 else {
             // hiredis frees the context after a failed connect.
             context = nil
+            loadedScripts.removeAll()
             return scheduleReconnect()
         }
         isConnected = true
@@ -155,6 +171,7 @@ public final class RedisConnection: @unchecked Sendable {
     fileprivate func disconnected() {
         // hiredis frees the context after this callback.
         context = nil
+        loadedScripts.removeAll()
         let was = isConnected
         isConnected = false
         skipsReplies = false
@@ -191,6 +208,40 @@ public final class RedisConnection: @unchecked Sendable {
             flushAtTurnEnd()
         }
     }
+
+    /// Runs `script` with `keys` and `arguments`; `reply` hears its reply as `send`'s does. Sent
+    /// in full the first time on this connection, by its SHA-1 after that (`RedisScript`). A
+    /// Redis that has lost its scripts while the connection held (`SCRIPT FLUSH`, or a replica
+    /// promoted behind a proxy) answers `NOSCRIPT`: then every script goes in full again, this
+    /// one at once; it then runs after what was sent behind it.
+    public func run(_ script: RedisScript, keys: [[UInt8]], arguments: [[UInt8]], reply: @escaping (Result<RedisValue, RedisError>) -> Void) {
+        let named = context != nil && loadedScripts.contains(script.sha)
+        if context != nil { loadedScripts.insert(script.sha) }
+        let head = named ? [Self.evalsha, script.sha] : [Self.eval, script.body]
+        send(head + [Array(String(keys.count).utf8)] + keys + arguments) { [weak self] result in
+            if named, case .success(.error(let message)) = result, message.hasPrefix("NOSCRIPT"), let self {
+                loadedScripts.removeAll()
+                return run(script, keys: keys, arguments: arguments, reply: reply)
+            }
+            reply(result)
+        }
+    }
+
+    public func run(_ script: RedisScript, keys: [String], arguments: [String], reply: @escaping (Result<RedisValue, RedisError>) -> Void) {
+        run(script, keys: keys.map { Array($0.utf8) }, arguments: arguments.map { Array($0.utf8) }, reply: reply)
+    }
+
+    /// Runs `script` with no callback for its reply: sent in full each time, since a `NOSCRIPT`
+    /// nobody reads would lose it.
+    @discardableResult
+    public func runIgnoringReply(_ script: RedisScript, keys: [String], arguments: [String]) -> Bool {
+        sendIgnoringReply([Self.eval, script.body, Array(String(keys.count).utf8)] + (keys + arguments).map { Array($0.utf8) })
+    }
+
+    /// The scripts Redis has from this connection (their SHA-1s): each was sent in full once.
+    /// Emptied when the connection goes (a new one may reach a Redis that restarted).
+    private var loadedScripts: Set<[UInt8]> = []
+    private static let eval = Array("EVAL".utf8), evalsha = Array("EVALSHA".utf8)
 
     /// Writes what this turn's commands left in hiredis' buffer when the turn ends, in one
     /// system call, instead of waiting a turn for the socket to be reported writable (and
@@ -274,6 +325,7 @@ public final class RedisConnection: @unchecked Sendable {
         closed = true
         guard let context else { return }
         self.context = nil
+        loadedScripts.removeAll()
         isConnected = false
         sb_redis_set_data(context, nil)
         if graceful { redisAsyncDisconnect(context) } else { redisAsyncFree(context) }
