@@ -136,7 +136,7 @@ package final class Cluster: @unchecked Sendable {
         return 0
         """)
 
-    /// Deletes a key when it holds ARGV[1] (a node's own key, a call's idempotency key).
+    /// Deletes a key when it holds ARGV[1] (a node's key, a call's key, an idempotency key).
     static let deleteIfScript = RedisScript(
         "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0")
 
