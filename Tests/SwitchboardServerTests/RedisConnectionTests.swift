@@ -98,15 +98,20 @@ struct RedisConnectionTests {
         }
     }
 
+    /// Redis ran `inFull` scripts sent whole (`EVAL`) and `byName` by their SHA-1 (`EVALSHA`).
+    private func expectScripts(_ redis: RedisServer, inFull: Int, byName: Int, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let stats = try #require(try redis.command(["INFO", "commandstats"])?.text, sourceLocation: sourceLocation)
+        #expect(stats.contains("cmdstat_eval:calls=\(inFull),"), "\(stats)", sourceLocation: sourceLocation)
+        #expect(stats.contains("cmdstat_evalsha:calls=\(byName),"), "\(stats)", sourceLocation: sourceLocation)
+    }
+
     /// A script goes in full once, by its SHA-1 after: Redis reads and hashes 40 bytes for it.
     @Test func aScriptIsSentInFullOnceThenByItsName() async throws {
         let redis = try RedisServer()
         defer { redis.destroy() }
         let replies = try await scriptRounds(try RedisURL(redis.url), count: 5)
         #expect(replies == [1, 2, 3, 4, 5])
-        let stats = try #require(try redis.command(["INFO", "commandstats"])?.text)
-        #expect(stats.contains("cmdstat_eval:calls=1,"), "\(stats)")
-        #expect(stats.contains("cmdstat_evalsha:calls=4,"), "\(stats)")
+        try expectScripts(redis, inFull: 1, byName: 4)
     }
 
     /// A Redis that lost its scripts while the connection held (`SCRIPT FLUSH`) answers
@@ -118,10 +123,8 @@ struct RedisConnectionTests {
         let url = try RedisURL(redis.url)
         let flushed = try await scriptRounds(url, count: 4, pauseAfter: 1) { _ = try? redis.command(["SCRIPT", "FLUSH"]) }
         #expect(flushed == [1, 2, 3, 4])
-        let stats = try #require(try redis.command(["INFO", "commandstats"])?.text)
         // Rounds 1 and 3 in full; round 3 first by name, refused.
-        #expect(stats.contains("cmdstat_eval:calls=2,"), "\(stats)")
-        #expect(stats.contains("cmdstat_evalsha:calls=3,"), "\(stats)")
+        try expectScripts(redis, inFull: 2, byName: 3)
 
         let restarted = try await scriptRounds(url, count: 4, pauseAfter: 1) {
             redis.stop()
@@ -129,9 +132,7 @@ struct RedisConnectionTests {
         }
         // The restarted Redis has no `n` and no script: counting starts again, in full.
         #expect(restarted == [5, 6, 1, 2])
-        let after = try #require(try redis.command(["INFO", "commandstats"])?.text)
-        #expect(after.contains("cmdstat_eval:calls=1,"), "\(after)")
-        #expect(after.contains("cmdstat_evalsha:calls=1,"), "\(after)")
+        try expectScripts(redis, inFull: 1, byName: 1)
     }
 
     /// A user who may not run `CLIENT` (as behind some proxies and managed services): the

@@ -98,8 +98,7 @@ public struct RedisScript: Sendable {
 
     public init(_ source: String) {
         body = Array(source.utf8)
-        let digits = Array("0123456789abcdef".utf8)
-        sha = Crypto.sha1(body).flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xF)]] }
+        sha = Array(Crypto.sha1(body).map { String(format: "%02x", $0) }.joined().utf8)
     }
 }
 
