@@ -111,6 +111,18 @@ another in one script (8.1 scripts a setup down to 6) did not measurably lower R
 146-183 µs of `EVAL` per setup without it, 159-202 µs with it, two runs each; a script's cost
 is mostly its commands, so the simpler build stayed.
 
+**Call events and limits as transactions (2026-12-07, later).** A user event's `XADD` and
+`PUBLISH`, and a count against the invite and connect limits, now go to Redis as a transaction
+(`MULTI`/`EXEC`) instead of a Lua script; the published message no longer carries its stream
+id, and a node that lost its subscription reads `sb:events` back from the newest entry to the
+last event it received (by the event's id). A script's commands cost far more through Lua
+than sent as they are: the same recorded setups replayed with each event script rewritten as
+its two commands cost Redis 75, 123 and 114 µs a setup against 138, 142 and 139 µs. The two
+builds alternating three times (`bench/redis_replay.sh`, two replays each): 86-144 µs a setup
+before (median 96) and 64-95 µs after (median 75); one at a time, at 500 setups/s, 295-355 µs
+before and 256-270 µs after. The draft above, which put more events in one script, saved
+nothing because each of its commands still went through Lua.
+
 Where the tail comes from, by hand the same day (the setup part's layout, 20 s at 500/s,
 `/proc/stat` each second): core 0, where both nodes and Redis run (and PostgreSQL when the
 scheduler puts it there), was 82-96% busy through the run, core 1 (the generator, the sandbox,

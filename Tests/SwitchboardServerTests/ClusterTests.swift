@@ -18,6 +18,9 @@ final class TestCluster: Sendable {
     let app: App
     let directory: String
     let nodes: Locked<[Int: (process: ToolProcess, port: Int)]> = Locked([:])
+    /// The Redis user and password the nodes started from now on give (`user:password`);
+    /// none: Redis's default user.
+    let redisUser: Locked<String?> = Locked(nil)
     /// Short leases so that deaths are noticed in seconds.
     let lease = 3
 
@@ -49,7 +52,7 @@ final class TestCluster: Sendable {
     func arguments(_ number: Int, store: Bool = true) -> [String] {
         var arguments = [
             "serve", "--port", "0", "--data-dir", directory + "/node-\(number)", "--web-root", repositoryRoot + "/web",
-            "--cluster-redis-url", redis.url, "--node-id", "node-\(number)", "--apns-url", sandbox.url, "--apns-ca-file", sandbox.certificatePath,
+            "--cluster-redis-url", redisUser.withLock { $0 }.map { "redis://\($0)@127.0.0.1:\(redis.port)/0" } ?? redis.url, "--node-id", "node-\(number)", "--apns-url", sandbox.url, "--apns-ca-file", sandbox.certificatePath,
             "--call-lease-seconds", String(lease), "--node-timeout-seconds", String(lease), "--cluster-forward-timeout-ms", "1000",
         ]
         if store { arguments += ["--store-url", databaseURL] }
@@ -815,6 +818,89 @@ struct ClusterTests {
         #expect(metrics.contains(#"switchboard_cluster_late_events_total{outcome="caught_up"} "# + (caughtUp ?? "")), "\(metrics)")
     }
 
+    /// Reading back goes from the newest entry of `sb:events` to the last event the node had
+    /// received, and delivers what it missed oldest first: two calls cancelled one after the
+    /// other while node 2 did not listen reach bob in that order (with their `call.missed`),
+    /// and the 1,500 events of
+    /// another user kept before the last one node 2 received are not read (one page, where
+    /// reading them would take four).
+    @Test func readingBackStopsAtTheLastEventReceivedAndDeliversOldestFirst() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        _ = try cluster.redis.command([
+            "EVAL", "for i = 1, 1500 do redis.call('xadd', 'sb:events', '*', 'c', 'sb:u:other:carol', 'e', 'x/' .. i, 'm', '{}') end return 0", "0",
+        ])
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let first = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: first)
+        let second = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: second)
+        let bobJoined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
+        let bobPeer = try #require(bobJoined.data?["peer_id"]?.stringValue)
+        #expect(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big")).type == MessageType.ok)
+
+        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 16kb 0 0"])
+        let large: JSONValue = ["sdp": .string(String(repeating: "a", count: 48_000))]
+        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
+        #expect(try await act(alice, MessageType.callCancel, first).type == MessageType.ok)
+        #expect(try await act(alice, MessageType.callCancel, second).type == MessageType.ok)
+        _ = try await cluster.node(2)?.waitFor(#/(lost the Redis subscription)/#, what: "node 2 to say it lost its subscription")
+        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
+
+        let caughtUp = try await cluster.node(2)?.waitFor(
+            #/caught up on the events published while the subscription was down.*count=(\d+)/#, what: "node 2 to catch up")
+        #expect(caughtUp == "4", "each call's call.cancelled and call.missed")
+        var cancelled: [String?] = []
+        for _ in 0..<2 { cancelled.append(try await event(bob, "call.cancelled").data?["call_id"]?.stringValue) }
+        #expect(cancelled == [first, second])
+        let stats = try #require(try cluster.redis.command(["INFO", "commandstats"])?.text)
+        #expect(stats.contains("cmdstat_xrevrange:calls=1,"), "\(stats)")
+    }
+
+    /// Nodes whose Redis user may run only the commands docs/configuration.md lists for one
+    /// (and the `sb:` keys and channels) run a call across two nodes (its limits, presence and
+    /// busy, its events, one read back after the subscription was lost) and a room with a
+    /// signal each way, and Redis denied them nothing (`ACL LOG`).
+    @Test func nodesNeedNoRedisCommandButThoseTheDocsList() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        let configuration = try String(contentsOfFile: repositoryRoot + "/docs/configuration.md", encoding: .utf8)
+        let row = try #require(configuration.split(separator: "\n").first { $0.hasPrefix("| `cluster_redis_url`") })
+        let listed = try #require(row.firstRange(of: "An ACL user needs").map { row[$0.upperBound...] })
+        let commands = listed.matches(of: #/`([A-Z]+(?: [A-Z]+)?)`/#).map { String($0.output.1).lowercased().replacingOccurrences(of: " ", with: "|") }
+        #expect(commands.count > 20, "\(commands)")
+        _ = try cluster.redis.command(["ACL", "SETUSER", "node", "on", ">node-secret", "~sb:*", "&sb:*", "-@all"] + commands.map { "+" + $0 })
+        cluster.redisUser.withLock { $0 = "node:node-secret" }
+
+        let (alice, bob, callID) = try await cluster.aliceRingsBobAcrossTwoNodes()
+        let bobJoined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
+        let bobPeer = try #require(bobJoined.data?["peer_id"]?.stringValue)
+        let aliceJoined = try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
+        let alicePeer = try #require(aliceJoined.data?["peer_id"]?.stringValue)
+        #expect(try await bob.request(MessageType.signal, encoding: SignalRequest(room: "big", to: alicePeer, signal: ["n": 1])).type == MessageType.ok)
+        #expect(try await event(alice, MessageType.signal).data?["signal"] == ["n": 1])
+        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 16kb 0 0"])
+        let large: JSONValue = ["sdp": .string(String(repeating: "a", count: 48_000))]
+        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
+        #expect(try await act(alice, MessageType.callCancel, callID).type == MessageType.ok)
+        _ = try await cluster.node(2)?.waitFor(#/(lost the Redis subscription)/#, what: "node 2 to say it lost its subscription")
+        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
+        _ = try await event(bob, "call.cancelled", call: callID)
+        _ = try await cluster.node(2)?.waitFor(#/(caught up on the events published while the subscription was down)/#, what: "node 2 to catch up")
+        let second = try await call(bob, to: ["alice"], timeout: 60)
+        #expect(try await act(alice, MessageType.callAnswer, second).data?["state"] == "accepted")
+        _ = try await event(bob, "call.accepted", call: second)
+        #expect(try await act(bob, MessageType.callEnd, second).type == MessageType.ok)
+        _ = try await event(alice, "call.ended", call: second)
+
+        let denied = try #require(try cluster.redis.command(["ACL", "LOG"])?.array)
+        #expect(denied.isEmpty, "\(denied)")
+        let stats = try #require(try cluster.redis.command(["INFO", "commandstats"])?.text)
+        #expect(stats.contains("cmdstat_client|reply:"), "the nodes had Redis leave out replies: \(stats)")
+    }
+
     /// The next event of `type` about `callID` within half a second, or nil.
     static func nextEvent(_ client: TestClient, _ type: String, call callID: String) async throws -> Envelope? {
         do { return try await event(client, type, call: callID, timeout: .milliseconds(500)) } catch is Timeout { return nil }
@@ -931,6 +1017,12 @@ struct ClusterTests {
         #expect(try await act(aliceOne, MessageType.callCancel, second).type == MessageType.ok)
         let third = try await aliceTwo.request(MessageType.callCreate, id: "c3", encoding: CallCreateRequest(callees: ["bob"]))
         #expect(third.error?.code == .rateLimited, "the third call to bob this minute, through the other node: \(third)")
+        // The refused call is taken out of the counts again: it counts for nothing.
+        try await within(.seconds(5), "the refused invite to be uncounted") {
+            while try await offThePool({ try cluster.redis.command(["ZCARD", "sb:inv:\(cluster.app.id):alice:bob"]) })?.integer != 2 {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
 
         // A call a block list refuses counts no invite (the node asks Redis and the store at
         // once, and takes the count back): carol blocks alice, is called twice, unblocks her,

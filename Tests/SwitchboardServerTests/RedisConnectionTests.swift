@@ -59,6 +59,48 @@ struct RedisConnectionTests {
         #expect(stats.contains("cmdstat_client|reply:calls=101,"), "\(stats)")
     }
 
+    /// A transaction answers `EXEC`'s array of its commands' replies, between commands whose
+    /// replies Redis leaves out (none shifted); one with a command Redis refuses as it is
+    /// queued answers the refusal and runs none of its commands.
+    @Test func aTransactionRunsItsCommandsTogetherOrNone() async throws {
+        let redis = try RedisServer()
+        defer { redis.destroy() }
+        let url = try RedisURL(redis.url)
+        let loop = try EventLoop(name: "redis-transaction-test")
+        defer { loop.stop() }
+        let replies: [RedisValue] = try await withCheckedThrowingContinuation { continuation in
+            loop.execute {
+                let connection = RedisConnection(url: url, loop: loop)
+                connection.leavesOutIgnoredReplies = true
+                var replies: [RedisValue] = []
+                let bytes = { (command: [String]) in command.map { Array($0.utf8) } }
+                let keep = { (result: Result<RedisValue, RedisError>) in replies.append((try? result.get()) ?? .null) }
+                connection.onStateChange = { up in
+                    guard up, replies.isEmpty else { return }
+                    // Once answered, Redis has said it takes `CLIENT REPLY`.
+                    connection.send(["PING"]) { _ in
+                        connection.sendIgnoringReply(bytes(["INCR", "n"]))
+                        connection.transaction([bytes(["INCR", "n"]), bytes(["RPUSH", "l", "a"])], reply: keep)
+                        connection.sendIgnoringReply(bytes(["INCR", "n"]))
+                        connection.transaction([bytes(["INCR", "n"]), bytes(["INCR"])], reply: keep)
+                        connection.send(["GET", "n"]) { result in
+                            keep(result)
+                            connection.close(graceful: true)
+                            continuation.resume(returning: replies)
+                        }
+                    }
+                }
+            }
+        }
+        try #require(replies.count == 3, "\(replies)")
+        #expect(replies[0] == .array([.integer(2), .integer(1)]))
+        guard case .error(let refusal) = replies[1] else { Issue.record("\(replies[1])"); return }
+        #expect(refusal.hasPrefix("EXECABORT"), "\(refusal)")
+        #expect(replies[2].text == "3", "the refused transaction's INCR did not run")
+        let stats = try #require(try redis.command(["INFO", "commandstats"])?.text)
+        #expect(stats.contains("cmdstat_client|reply:calls=3,"), "asked once, then told to skip 2: \(stats)")
+    }
+
     /// Runs `count` rounds of a script that counts in `n` and answers the count, on a connection
     /// of its own; `between` runs after round `pauseAfter`. Answers the replies.
     private func scriptRounds(_ url: RedisURL, count: Int, pauseAfter: Int = -1, between: @escaping @Sendable () -> Void = {}) async throws

@@ -15,8 +15,8 @@ import SwitchboardSupport
 /// (`sb:n:<id>`: actions passed on to a call's owner, their answers, invite receipts) and a
 /// channel per user (`sb:u:<app>:<identity>`) every node with a session of that user listens
 /// on. Each user event is also kept for `cluster_event_replay_seconds` in one stream
-/// (`sb:events`), which a node that lost its subscription reads back from the last it received
-/// (`catchUp`). Loop thread only, after `claim`.
+/// (`sb:events`, added and published in one transaction), which a node that lost its
+/// subscription reads back to the last it received (`catchUp`). Loop thread only, after `claim`.
 ///
 /// Safety of `@unchecked Sendable`: confined to the loop thread like the hub (the server
 /// hands it to the loop once, through `execute`).
@@ -52,9 +52,12 @@ package final class Cluster: @unchecked Sendable {
     /// User events not in Redis yet (it was away, or the connection was lost before it
     /// answered), oldest first: published in order once it is back, unless older than
     /// `eventReplay`. While any wait, newer events wait behind them, so none overtakes another.
-    private var unpublished: [(channel: [UInt8], message: [UInt8], atMillis: Int64)] = []
-    /// The `sb:events` id of the last user event this node received (at first, its start).
-    private var lastEventID = StreamID(millis: 0, sequence: 0)
+    private var unpublished: [(channel: [UInt8], eventID: [UInt8], message: [UInt8], atMillis: Int64)] = []
+    /// The id (`eid`) of the last user event this node received on its subscription: reading
+    /// back stops there. None until one came: reading back then stops at `startedAt`.
+    private var lastEvent: String?
+    /// When this node started listening (its wall clock, for an `sb:events` id).
+    private var startedAt = StreamID(millis: 0, sequence: 0)
     /// Set from the loss of the subscription until what was published meanwhile is read back.
     private var catchingUp: CatchUp?
     private var heartbeat: TimerID?
@@ -69,21 +72,41 @@ package final class Cluster: @unchecked Sendable {
         var timer: TimerID?
     }
 
-    /// Reading back the user events published while the subscription was down: from `after`
-    /// (the last received before), once every channel is subscribed again (`awaiting`: the
-    /// last one asked for, until Redis confirms it; empty while not connected).
+    /// Reading back the user events published while the subscription was down, once every
+    /// channel is subscribed again (`awaiting`: the last one asked for, until Redis confirms
+    /// it; empty while not connected): `sb:events` from its newest entry back to `after`, the
+    /// last event received before (or to `floor`), page by page, then delivered oldest first.
     struct CatchUp {
         var lostAtMillis: Int64
-        var after: StreamID
+        /// The `eid` of the last event received before the loss.
+        var after: String?
+        /// Where reading back stops when no event was received (the node's start).
+        var floor: StreamID
         var awaiting: String?
         /// A page of `sb:events` is asked for.
         var reading = false
-        /// Live events delivered meanwhile: passed over when read back.
-        var delivered: Set<StreamID> = []
-        /// Live events that came while reading: delivered in the stream's order with it.
-        var held: [(id: StreamID, message: [String: JSONValue])] = []
+        /// Where the next page ends (the oldest entry read so far; none: the newest entry).
+        var before: StreamID?
+        /// The entries read so far for this node's users, newest first.
+        var found: [(id: StreamID, message: [UInt8])] = []
+        /// Events delivered since the subscription came back (their `eid`): passed over.
+        var delivered: Set<String> = []
+        /// Live events that came while reading: delivered after what is read back, each in its
+        /// place in the stream when it was read back too.
+        var held: [[String: JSONValue]] = []
         /// Events read back that reached a session.
         var count = 0
+        /// How many times reading started again from the newest entry: a page asked for
+        /// before is not used.
+        var round = 0
+
+        /// The subscription was lost again before the end: what was published meanwhile is
+        /// newer than the first page, so reading starts again from the newest entry.
+        mutating func restart() {
+            before = nil
+            found = []
+            round += 1
+        }
     }
 
     init(nodeID: String, instance: String, previousInstance: String?, url: RedisURL, limits: ServerConfiguration.Limits, logger: Logger) {
@@ -118,15 +141,6 @@ package final class Cluster: @unchecked Sendable {
     /// Every user event of the last `cluster_event_replay_seconds`: its channel (`c`) and
     /// message (`m`).
     static let eventsKey = "sb:events"
-
-    /// Publishes a user event on its channel (ARGV[1]) and adds it to `sb:events` (KEYS[1]) in
-    /// one step: the published message carries its id there (`sid`), so a node knows from where
-    /// to read back. Answers how many nodes it reached. The stream is trimmed by every node's
-    /// heartbeat, not here: a script's every `redis.call` costs Redis as much as a `PUBLISH`.
-    static let publishEventScript = RedisScript("""
-        local id = redis.call('xadd', KEYS[1], '*', 'c', ARGV[1], 'm', ARGV[2])
-        return redis.call('publish', ARGV[1], '{"sid":"' .. id .. '",' .. string.sub(ARGV[2], 2))
-        """)
 
     /// Sets a key to this node's value when it is this node's or nobody's; answers 1 when it
     /// did, 0 when another holds it.
@@ -183,7 +197,8 @@ package final class Cluster: @unchecked Sendable {
             // is read back from `sb:events` once subscribed again; the rest is lost (docs/scaling.md).
             guard up, let subscriber = self.subscriber else {
                 lost("subscriber")
-                if catchingUp == nil { catchingUp = CatchUp(lostAtMillis: wallMillis, after: lastEventID) }
+                if catchingUp == nil { catchingUp = CatchUp(lostAtMillis: wallMillis, after: lastEvent, floor: startedAt) }
+                catchingUp?.restart()
                 catchingUp?.awaiting = ""  // no channel: waits for the connection first
                 return
             }
@@ -197,7 +212,7 @@ package final class Cluster: @unchecked Sendable {
             catchUp()
         }
         subscriber.onMessage = { [weak self] channel, payload in self?.received(payload, on: channel) }
-        lastEventID = StreamID(millis: wallMillis, sequence: 0)
+        startedAt = StreamID(millis: wallMillis, sequence: 0)
         self.commands = commands
         self.subscriber = subscriber
         renewNode()
@@ -301,30 +316,42 @@ package final class Cluster: @unchecked Sendable {
         if let except { message["except"] = .string(except) }
         if let invitation { message["invite"] = ["call": .string(invitation.callID), "callee": .string(invitation.callee)] }
         let channel = Array(Self.userChannel(appID: appID, identity: identity).utf8), bytes = JSONText.serialize(.object(message))
-        guard commands?.isConnected == true else { return hold(channel, bytes, atMillis: wallMillis) }
+        guard commands?.isConnected == true else { return hold(channel, Array(eventID.utf8), bytes, atMillis: wallMillis) }
         // Those held go first (connected again, or one Redis did not take while connected).
         publishUnpublished()
-        sendEvent(channel, bytes, atMillis: wallMillis)
+        sendEvent(channel, Array(eventID.utf8), bytes, atMillis: wallMillis)
     }
 
-    private func sendEvent(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64) {
+    /// Adds a user event to `sb:events` (its channel `c`, id `e` and message `m`) and publishes
+    /// it, in one transaction: the stream's order is the order of publishing, which reading
+    /// back relies on. Neither a script (which costs Redis several times the two commands) nor
+    /// the stream trimmed here (every node's heartbeat does it).
+    private func sendEvent(_ channel: [UInt8], _ eventID: [UInt8], _ message: [UInt8], atMillis: Int64) {
         guard let commands else { return }
-        commands.run(Self.publishEventScript, keys: [Self.eventsKeyBytes], arguments: [channel, message]) {
+        commands.transaction([[Self.xadd, Self.eventsKeyBytes, Self.newestID, Self.c, channel, Self.e, eventID, Self.m, message], [Self.publish, channel, message]]) {
             [weak self] result in
             guard let self else { return }
             switch result {
-            case .failure: hold(channel, message, atMillis: atMillis)
+            case .failure: hold(channel, eventID, message, atMillis: atMillis)
             case .success(.error(let refusal)):
-                // Refused a write (Redis at `maxmemory`, say): published all the same, not kept.
+                // Refused a write (Redis at `maxmemory`, say), and so the whole transaction:
+                // published all the same, not kept.
                 commands.sendIgnoringReply([Self.publish, channel, message])
-                if wallMillis - refusalLoggedAtMillis > 10_000 {
-                    refusalLoggedAtMillis = wallMillis
-                    logger.warning("Redis refused to keep an event for other nodes: published without it", ["error": refusal])
-                }
+                refusedToKeep(refusal)
+            case .success(.array(let replies)):
+                if case .error(let refusal)? = replies.first { refusedToKeep(refusal) }
             case .success: break
             }
         }
     }
+
+    private func refusedToKeep(_ refusal: String) {
+        guard wallMillis - refusalLoggedAtMillis > 10_000 else { return }
+        refusalLoggedAtMillis = wallMillis
+        logger.warning("Redis refused to keep an event for other nodes: published without it", ["error": refusal])
+    }
+
+    private static let xadd = Array("XADD".utf8), newestID = Array("*".utf8), c = Array("c".utf8), e = Array("e".utf8), m = Array("m".utf8)
 
     /// When the last refusal to keep an event was logged (once in 10 s at most).
     private var refusalLoggedAtMillis: Int64 = 0
@@ -333,9 +360,9 @@ package final class Cluster: @unchecked Sendable {
 
     /// Keeps a user event Redis did not take, dropping those held past `eventReplay` (checked
     /// once they are a second past it, so that a long outage drops them in batches).
-    private func hold(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64) {
+    private func hold(_ channel: [UInt8], _ eventID: [UInt8], _ message: [UInt8], atMillis: Int64) {
         if unpublished.isEmpty { logger.warning("events for other nodes wait for Redis", ["redis": url.description]) }
-        unpublished.append((channel, message, atMillis))
+        unpublished.append((channel, eventID, message, atMillis))
         if let oldest = unpublished.first?.atMillis, oldest < wallMillis - eventReplay.milliseconds - 1000 { dropExpiredEvents() }
     }
 
@@ -356,16 +383,17 @@ package final class Cluster: @unchecked Sendable {
         guard !unpublished.isEmpty else { return }
         let held = unpublished
         unpublished.removeAll()
-        for event in held { sendEvent(event.channel, event.message, atMillis: event.atMillis) }
+        for event in held { sendEvent(event.channel, event.eventID, event.message, atMillis: event.atMillis) }
         hub?.metrics.increment("switchboard_cluster_late_events_total", ["outcome": "republished"], by: Double(held.count))
         logger.info("events held while Redis was away published", ["count": String(held.count)])
     }
 
     /// Reads back, once subscribed again, the user events published while the subscription was
-    /// down, page by page, and delivers those for this node's users to the sessions that were
-    /// open when each was published (and had not had it). Live user events that arrive while
-    /// it reads wait and go in the stream's order with what is read back, so that no session
-    /// hears a call's later event before its earlier one.
+    /// down, page by page from the newest back to the last one received before, and delivers
+    /// those for this node's users, oldest first, to the sessions that were open when each was
+    /// published (and had not had it). Live user events that arrive while it reads wait and go
+    /// after it, each in its place in the stream when read back too, so that no session hears
+    /// a call's later event before its earlier one.
     private func catchUp() {
         guard let state = catchingUp, state.awaiting == nil, !state.reading, commands?.isConnected == true, subscriber?.isConnected == true
         else { return }
@@ -377,31 +405,60 @@ package final class Cluster: @unchecked Sendable {
 
     private func readBack() {
         guard let state = catchingUp, let commands else { return }
-        commands.send(["XRANGE", Self.eventsKey, "(" + state.after.description, "+", "COUNT", String(Self.catchUpPage)]) { [weak self] result in
+        let end = state.before.map { "(" + $0.description } ?? "+"
+        let start = state.after == nil ? state.floor.description : "-"
+        commands.send(["XREVRANGE", Self.eventsKey, end, start, "COUNT", String(Self.catchUpPage)]) { [weak self] result in
             guard let self, catchingUp != nil else { return }
-            // Again once Redis is back (`catchUp` when the connection is up again).
-            guard case .success(.array(let entries)) = result else { return stopReading() }
+            // Again once Redis is back (`catchUp` when the connection is up again), and from
+            // the newest entry if the subscription was lost meanwhile.
+            guard case .success(.array(let entries)) = result, catchingUp?.round == state.round else { return stopReading() }
+            var reachedLast = false
             for entry in entries {
-                guard let items = entry.array, items.count == 2, let id = items[0].text.flatMap(StreamID.init), let fields = items[1].array,
-                    fields.count == 4, let channel = fields[1].text, case .string(let message) = fields[3]
+                guard let items = entry.array, items.count == 2, let id = items[0].text.flatMap(StreamID.init), let fields = items[1].array
                 else { continue }
-                catchingUp?.after = id
-                if catchingUp?.delivered.contains(id) == true { continue }
-                if let index = catchingUp?.held.firstIndex(where: { $0.id == id }), let live = catchingUp?.held.remove(at: index) {
-                    catchingUp?.delivered.insert(id)
-                    userEvent(live.message, openedBy: nil)
-                    continue
+                catchingUp?.before = id
+                var channel: String?, eventID: String?, message: [UInt8]?
+                for index in stride(from: 0, to: fields.count - 1, by: 2) {
+                    switch fields[index].text {
+                    case "c": channel = fields[index + 1].text
+                    case "e": eventID = fields[index + 1].text
+                    case "m": if case .string(let bytes) = fields[index + 1] { message = bytes }
+                    default: break
+                    }
                 }
-                guard userChannels.contains(channel), case .object(let event)? = JSONText.parse(message) else { continue }
-                if userEvent(event, openedBy: min(id.millis, state.lostAtMillis)) { catchingUp?.count += 1 }
+                if let after = state.after, eventID == after {
+                    reachedLast = true
+                    break
+                }
+                if let channel, let message, userChannels.contains(channel) { catchingUp?.found.append((id, message)) }
             }
-            let more = entries.count == Self.catchUpPage
+            let more = !reachedLast && entries.count == Self.catchUpPage
             if more, catchingUp?.awaiting == nil, commands.isConnected { return readBack() }
+            if !more { deliverFound() }
             stopReading()
             guard !more, let done = catchingUp, done.awaiting == nil else { return }
             catchingUp = nil
             hub?.metrics.increment("switchboard_cluster_late_events_total", ["outcome": "caught_up"], by: Double(done.count))
             logger.info("caught up on the events published while the subscription was down", ["count": String(done.count)])
+        }
+    }
+
+    /// Delivers what was read back, oldest first. One that also came live while reading goes
+    /// here as it came live (to every session), the others to the sessions open when the
+    /// subscription was lost, or when it was published if that was earlier.
+    private func deliverFound() {
+        guard let state = catchingUp else { return }
+        catchingUp?.found = []
+        let live = Set(state.held.compactMap { $0["eid"]?.stringValue })
+        for (id, bytes) in state.found.reversed() {
+            guard case .object(let event)? = JSONText.parse(bytes) else { continue }
+            let eventID = event["eid"]?.stringValue
+            if let eventID, catchingUp?.delivered.insert(eventID).inserted == false { continue }
+            if let eventID, live.contains(eventID) {
+                userEvent(event, openedBy: nil)
+            } else if userEvent(event, openedBy: min(id.millis, state.lostAtMillis)) {
+                catchingUp?.count += 1
+            }
         }
     }
 
@@ -411,8 +468,8 @@ package final class Cluster: @unchecked Sendable {
         catchingUp?.reading = false
         catchingUp?.held = []
         for live in held {
-            catchingUp?.delivered.insert(live.id)
-            userEvent(live.message, openedBy: nil)
+            if let eventID = live["eid"]?.stringValue, catchingUp?.delivered.insert(eventID).inserted == false { continue }
+            userEvent(live, openedBy: nil)
         }
     }
 
@@ -576,13 +633,13 @@ package final class Cluster: @unchecked Sendable {
         guard case .object(let message)? = JSONText.parse(payload) else { return }
         switch message["k"]?.stringValue {
         case "event":
-            if let id = message["sid"]?.stringValue.flatMap(StreamID.init) {
-                lastEventID = id
+            if let eventID = message["eid"]?.stringValue {
+                lastEvent = eventID
                 if catchingUp?.reading == true {
-                    catchingUp?.held.append((id, message))
+                    catchingUp?.held.append(message)
                     return
                 }
-                catchingUp?.delivered.insert(id)
+                catchingUp?.delivered.insert(eventID)
             }
             userEvent(message, openedBy: nil)
         case "rang":
