@@ -829,7 +829,7 @@ struct ClusterTests {
         defer { cluster.stop() }
         for node in 1...2 { try await cluster.start(node) }
         _ = try cluster.redis.command([
-            "EVAL", "for i = 1, 1500 do redis.call('xadd', 'sb:events', '*', 'c', 'sb:u:other:carol', 'e', 'x/' .. i, 'm', '{}') end return 0", "0",
+            "EVAL", "for i = 1, 1500 do redis.call('xadd', 'sb:events', '*', 'c', 'sb:u:other:carol', 'm', '{\"eid\":\"x/' .. i .. '\"}') end return 0", "0",
         ])
         let alice = try await cluster.connect("alice", device: "a", node: 1)
         let bob = try await cluster.connect("bob", device: "b", node: 2)

@@ -89,7 +89,8 @@ extension Cluster {
         transaction += keys.map { [Self.zcard, Array($0.utf8)] }
         commands.transaction(transaction) { [weak self] result in
             guard case .success(.array(let replies)) = result, replies.count == transaction.count else { return then(nil) }
-            let counts = replies.suffix(keys.count).map { $0.integer ?? Int64.max }
+            let counts = replies.suffix(keys.count).compactMap(\.integer)
+            guard counts.count == keys.count else { return then(nil) }  // a command refused (a key of another type)
             let admitted = zip(counts, limits).allSatisfy { count, limit in count <= Int64(limit) }
             if !admitted { for key in keys { self?.sendIgnoringReply(["ZREM", key, String(decoding: member, as: UTF8.self)]) } }
             then(admitted)

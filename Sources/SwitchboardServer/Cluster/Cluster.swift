@@ -52,7 +52,7 @@ package final class Cluster: @unchecked Sendable {
     /// User events not in Redis yet (it was away, or the connection was lost before it
     /// answered), oldest first: published in order once it is back, unless older than
     /// `eventReplay`. While any wait, newer events wait behind them, so none overtakes another.
-    private var unpublished: [(channel: [UInt8], eventID: [UInt8], message: [UInt8], atMillis: Int64)] = []
+    private var unpublished: [(channel: [UInt8], message: [UInt8], atMillis: Int64)] = []
     /// The id (`eid`) of the last user event this node received on its subscription: reading
     /// back stops there. None until one came: reading back then stops at `startedAt`.
     private var lastEvent: String?
@@ -316,23 +316,24 @@ package final class Cluster: @unchecked Sendable {
         if let except { message["except"] = .string(except) }
         if let invitation { message["invite"] = ["call": .string(invitation.callID), "callee": .string(invitation.callee)] }
         let channel = Array(Self.userChannel(appID: appID, identity: identity).utf8), bytes = JSONText.serialize(.object(message))
-        guard commands?.isConnected == true else { return hold(channel, Array(eventID.utf8), bytes, atMillis: wallMillis) }
+        guard commands?.isConnected == true else { return hold(channel, bytes, atMillis: wallMillis) }
         // Those held go first (connected again, or one Redis did not take while connected).
         publishUnpublished()
-        sendEvent(channel, Array(eventID.utf8), bytes, atMillis: wallMillis)
+        sendEvent(channel, bytes, atMillis: wallMillis)
     }
 
-    /// Adds a user event to `sb:events` (its channel `c`, id `e` and message `m`) and publishes
-    /// it, in one transaction: the stream's order is the order of publishing, which reading
-    /// back relies on. Neither a script (which costs Redis several times the two commands) nor
-    /// the stream trimmed here (every node's heartbeat does it).
-    private func sendEvent(_ channel: [UInt8], _ eventID: [UInt8], _ message: [UInt8], atMillis: Int64) {
+    /// Adds a user event to `sb:events` (its channel `c` and message `m`, as nodes of every
+    /// version since the stream came read it) and publishes it, in one transaction: the
+    /// stream's order is the order of publishing, which reading back relies on. Neither a
+    /// script (which costs Redis several times the two commands) nor the stream trimmed here
+    /// (every node's heartbeat does it).
+    private func sendEvent(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64) {
         guard let commands else { return }
-        commands.transaction([[Self.xadd, Self.eventsKeyBytes, Self.newestID, Self.c, channel, Self.e, eventID, Self.m, message], [Self.publish, channel, message]]) {
+        commands.transaction([[Self.xadd, Self.eventsKeyBytes, Self.newestID, Self.c, channel, Self.m, message], [Self.publish, channel, message]]) {
             [weak self] result in
             guard let self else { return }
             switch result {
-            case .failure: hold(channel, eventID, message, atMillis: atMillis)
+            case .failure: hold(channel, message, atMillis: atMillis)
             case .success(.error(let refusal)):
                 // Refused a write (Redis at `maxmemory`, say), and so the whole transaction:
                 // published all the same, not kept.
@@ -351,7 +352,7 @@ package final class Cluster: @unchecked Sendable {
         logger.warning("Redis refused to keep an event for other nodes: published without it", ["error": refusal])
     }
 
-    private static let xadd = Array("XADD".utf8), newestID = Array("*".utf8), c = Array("c".utf8), e = Array("e".utf8), m = Array("m".utf8)
+    private static let xadd = Array("XADD".utf8), newestID = Array("*".utf8), c = Array("c".utf8), m = Array("m".utf8)
 
     /// When the last refusal to keep an event was logged (once in 10 s at most).
     private var refusalLoggedAtMillis: Int64 = 0
@@ -360,9 +361,9 @@ package final class Cluster: @unchecked Sendable {
 
     /// Keeps a user event Redis did not take, dropping those held past `eventReplay` (checked
     /// once they are a second past it, so that a long outage drops them in batches).
-    private func hold(_ channel: [UInt8], _ eventID: [UInt8], _ message: [UInt8], atMillis: Int64) {
+    private func hold(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64) {
         if unpublished.isEmpty { logger.warning("events for other nodes wait for Redis", ["redis": url.description]) }
-        unpublished.append((channel, eventID, message, atMillis))
+        unpublished.append((channel, message, atMillis))
         if let oldest = unpublished.first?.atMillis, oldest < wallMillis - eventReplay.milliseconds - 1000 { dropExpiredEvents() }
     }
 
@@ -383,7 +384,7 @@ package final class Cluster: @unchecked Sendable {
         guard !unpublished.isEmpty else { return }
         let held = unpublished
         unpublished.removeAll()
-        for event in held { sendEvent(event.channel, event.eventID, event.message, atMillis: event.atMillis) }
+        for event in held { sendEvent(event.channel, event.message, atMillis: event.atMillis) }
         hub?.metrics.increment("switchboard_cluster_late_events_total", ["outcome": "republished"], by: Double(held.count))
         logger.info("events held while Redis was away published", ["count": String(held.count)])
     }
@@ -407,6 +408,9 @@ package final class Cluster: @unchecked Sendable {
         guard let state = catchingUp, let commands else { return }
         let end = state.before.map { "(" + $0.description } ?? "+"
         let start = state.after == nil ? state.floor.description : "-"
+        // The last event received, as its message in the stream names it (the serializer that
+        // wrote the message writes the id the same way here): found without parsing each entry.
+        let last = state.after.map { Array("\"eid\":".utf8) + JSONText.serialize(.string($0)) }
         commands.send(["XREVRANGE", Self.eventsKey, end, start, "COUNT", String(Self.catchUpPage)]) { [weak self] result in
             guard let self, catchingUp != nil else { return }
             // Again once Redis is back (`catchUp` when the connection is up again), and from
@@ -417,20 +421,12 @@ package final class Cluster: @unchecked Sendable {
                 guard let items = entry.array, items.count == 2, let id = items[0].text.flatMap(StreamID.init), let fields = items[1].array
                 else { continue }
                 catchingUp?.before = id
-                var channel: String?, eventID: String?, message: [UInt8]?
-                for index in stride(from: 0, to: fields.count - 1, by: 2) {
-                    switch fields[index].text {
-                    case "c": channel = fields[index + 1].text
-                    case "e": eventID = fields[index + 1].text
-                    case "m": if case .string(let bytes) = fields[index + 1] { message = bytes }
-                    default: break
-                    }
-                }
-                if let after = state.after, eventID == after {
+                guard fields.count == 4, let channel = fields[1].text, case .string(let message) = fields[3] else { continue }
+                if let last, message.firstRange(of: last) != nil {
                     reachedLast = true
                     break
                 }
-                if let channel, let message, userChannels.contains(channel) { catchingUp?.found.append((id, message)) }
+                if userChannels.contains(channel) { catchingUp?.found.append((id, message)) }
             }
             let more = !reachedLast && entries.count == Self.catchUpPage
             if more, catchingUp?.awaiting == nil, commands.isConnected { return readBack() }
