@@ -265,9 +265,15 @@ actor Softphone {
         case "history":
             guard let token = await client.token else { return fail("not connected") }
             let url = client.serverURL.appendingPathComponent("v1/calls")
-            guard let (_, body) = try? await CurlHTTPTransport().get(url, bearer: token),
-                case .array(let calls)? = (try? JSONDecoder().decode(JSONValue.self, from: body))?["calls"]
-            else { return fail("no history") }
+            let reply: (status: Int, body: Data)
+            do { reply = try await CurlHTTPTransport().get(url, bearer: token) } catch { return fail("history: \(error)") }
+            let answer = try? JSONDecoder().decode(JSONValue.self, from: reply.body)
+            guard reply.status == 200, case .array(let calls)? = answer?["calls"] else {
+                // A load balancer with no node ready answers with a page of its own, not JSON.
+                let why = answer?["error"]?["message"]?.stringValue ?? "no history in the answer"
+                return fail("history: the server answered \(reply.status): \(why)")
+            }
+            if calls.isEmpty { say("history: no calls yet") }
             for call in calls.prefix(10) {
                 var peers: [String] = []
                 if case .array(let list)? = call["peers"] { peers = list.compactMap(\.stringValue) }
