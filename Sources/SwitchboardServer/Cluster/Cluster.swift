@@ -413,9 +413,14 @@ package final class Cluster: @unchecked Sendable {
         let last = state.after.map { Array("\"eid\":".utf8) + JSONText.serialize(.string($0)) }
         commands.send(["XREVRANGE", Self.eventsKey, end, start, "COUNT", String(Self.catchUpPage)]) { [weak self] result in
             guard let self, catchingUp != nil else { return }
-            // Again once Redis is back (`catchUp` when the connection is up again), and from
-            // the newest entry if the subscription was lost meanwhile.
-            guard case .success(.array(let entries)) = result, catchingUp?.round == state.round else { return stopReading() }
+            // The subscription was lost meanwhile: again from the newest entry, now if it is
+            // back already (else once Redis confirms the channels).
+            guard catchingUp?.round == state.round else {
+                stopReading()
+                return catchUp()
+            }
+            // Again once Redis is back (`catchUp` when the connection is up again).
+            guard case .success(.array(let entries)) = result else { return stopReading() }
             var reachedLast = false
             for entry in entries {
                 guard let items = entry.array, items.count == 2, let id = items[0].text.flatMap(StreamID.init), let fields = items[1].array
