@@ -4,6 +4,7 @@ via bench/run_row.py) and the stall probe's (bench/stall_probe.c).
     latency_report.py RUNS_JSONL RUNS IDLE RATE PAIRS COMMON_RATE STALLS_JSONL [RATIO_RATE]
 """
 
+import statistics
 import sys
 
 from benchlib import measured, median, pick, read_jsonl
@@ -66,7 +67,7 @@ and stalls give any server; the ratio is what Switchboard adds. Goal: ≤ 1.5×.
 | Switchboard | {ms('switchboard-ratio', ratio_rate, 'p50_us')} | **{ms('switchboard-ratio', ratio_rate, 'p99_us')}** | {ms('switchboard-ratio', ratio_rate, 'p999_us')} | {share('switchboard-ratio', ratio_rate)} |
 | C epoll echo, reference | {ms('echo-ratio', ratio_rate, 'p50_us')} | **{ms('echo-ratio', ratio_rate, 'p99_us')}** | {ms('echo-ratio', ratio_rate, 'p999_us')} | {share('echo-ratio', ratio_rate)} |
 
-p99 ratio, median of the runs' ratios: **{ratios[len(ratios) // 2]:.2f}×** (each run,
+p99 ratio, median of the runs' ratios: **{statistics.median(ratios):.2f}×** (each run,
 Switchboard / echo: {each}).
 
 The relay starts once the idle connections have been open {settle} s, when their keepalive
