@@ -906,7 +906,7 @@ struct ClusterTests {
         do { return try await event(client, type, call: callID, timeout: .milliseconds(500)) } catch is Timeout { return nil }
     }
 
-    /// Redis at `maxmemory` (here a byte, `noeviction`) refuses the script that keeps a call
+    /// Redis at `maxmemory` (here a byte, `noeviction`) refuses the transaction that keeps a call
     /// event: the event is published all the same, not kept, and the node says so.
     @Test func aCallEventRedisWillNotKeepIsPublishedAllTheSame() async throws {
         let cluster = try TestCluster()
