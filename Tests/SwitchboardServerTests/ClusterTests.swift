@@ -50,9 +50,10 @@ final class TestCluster: Sendable {
 
     /// The arguments node `number` runs with.
     func arguments(_ number: Int, store: Bool = true) -> [String] {
+        let redisURL = redisUser.withLock { $0 }.map { "redis://\($0)@127.0.0.1:\(redis.port)/0" } ?? redis.url
         var arguments = [
             "serve", "--port", "0", "--data-dir", directory + "/node-\(number)", "--web-root", repositoryRoot + "/web",
-            "--cluster-redis-url", redisUser.withLock { $0 }.map { "redis://\($0)@127.0.0.1:\(redis.port)/0" } ?? redis.url, "--node-id", "node-\(number)", "--apns-url", sandbox.url, "--apns-ca-file", sandbox.certificatePath,
+            "--cluster-redis-url", redisURL, "--node-id", "node-\(number)", "--apns-url", sandbox.url, "--apns-ca-file", sandbox.certificatePath,
             "--call-lease-seconds", String(lease), "--node-timeout-seconds", String(lease), "--cluster-forward-timeout-ms", "1000",
         ]
         if store { arguments += ["--store-url", databaseURL] }
@@ -194,6 +195,26 @@ final class TestCluster: Sendable {
         let callID = try await call(alice, to: ["bob"], timeout: 60)
         _ = try await event(bob, "call.incoming", call: callID)
         return (alice, bob, callID)
+    }
+
+    /// Alice and bob join room "big", bob first (so that it runs on his node): their peer ids.
+    func joinBig(_ alice: TestClient, _ bob: TestClient) async throws -> (alice: String, bob: String) {
+        let bobJoined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
+        let aliceJoined = try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
+        return (try #require(aliceJoined.data?["peer_id"]?.stringValue), try #require(bobJoined.data?["peer_id"]?.stringValue))
+    }
+
+    /// Has Redis close node 2's subscription: with `client-output-buffer-limit pubsub` made
+    /// 16 KB, alice sends bob's peer in room "big" a larger signal, and `meanwhile` runs right
+    /// behind it, while node 2 does not listen; once node 2 says it lost its subscription (it
+    /// subscribes again a quarter of a second later), the limit is Redis's default again.
+    func cutNode2Subscription(_ alice: TestClient, bobPeer: String, meanwhile: () async throws -> Void) async throws {
+        _ = try redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 16kb 0 0"])
+        let large: JSONValue = ["sdp": .string(String(repeating: "a", count: 48_000))]
+        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
+        try await meanwhile()
+        _ = try await node(2)?.waitFor(#/(lost the Redis subscription)/#, what: "node 2 to say it lost its subscription")
+        _ = try redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
     }
 
     /// Waits for node `number`'s `/readyz` to answer 503 (`what`: why it should).
@@ -794,19 +815,13 @@ struct ClusterTests {
         let cluster = try TestCluster()
         defer { cluster.stop() }
         let (alice, bob, callID) = try await cluster.aliceRingsBobAcrossTwoNodes()
-        let bobJoined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
-        let bobPeer = try #require(bobJoined.data?["peer_id"]?.stringValue)
-        #expect(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big")).type == MessageType.ok)
-
-        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 16kb 0 0"])
-        let large: JSONValue = ["sdp": .string(String(repeating: "a", count: 48_000))]
-        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
-        #expect(try await act(alice, MessageType.callCancel, callID).type == MessageType.ok)
-        _ = try await cluster.node(2)?.waitFor(#/(lost the Redis subscription)/#, what: "node 2 to say it lost its subscription")
-        // A device of bob's that connects now (node 2 subscribes again a quarter of a second
-        // after the loss) never saw the call: what is read back is not for it.
+        let peers = try await cluster.joinBig(alice, bob)
+        try await cluster.cutNode2Subscription(alice, bobPeer: peers.bob) { () async throws in
+            #expect(try await act(alice, MessageType.callCancel, callID).type == MessageType.ok)
+        }
+        // A device of bob's that connects now (before node 2 subscribes again) never saw the
+        // call: what is read back is not for it.
         let bobTwo = try await cluster.connect("bob", device: "b2", node: 2)
-        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
 
         _ = try await event(bob, "call.cancelled", call: callID)
         let caughtUp = try await cluster.node(2)?.waitFor(
@@ -821,9 +836,8 @@ struct ClusterTests {
     /// Reading back goes from the newest entry of `sb:events` to the last event the node had
     /// received, and delivers what it missed oldest first: two calls cancelled one after the
     /// other while node 2 did not listen reach bob in that order (with their `call.missed`),
-    /// and the 1,500 events of
-    /// another user kept before the last one node 2 received are not read (one page, where
-    /// reading them would take four).
+    /// and the 1,500 events of another user kept before the last one node 2 received are not
+    /// read (one page, where reading them would take four).
     @Test func readingBackStopsAtTheLastEventReceivedAndDeliversOldestFirst() async throws {
         let cluster = try TestCluster()
         defer { cluster.stop() }
@@ -837,17 +851,11 @@ struct ClusterTests {
         _ = try await event(bob, "call.incoming", call: first)
         let second = try await call(alice, to: ["bob"], timeout: 60)
         _ = try await event(bob, "call.incoming", call: second)
-        let bobJoined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
-        let bobPeer = try #require(bobJoined.data?["peer_id"]?.stringValue)
-        #expect(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big")).type == MessageType.ok)
-
-        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 16kb 0 0"])
-        let large: JSONValue = ["sdp": .string(String(repeating: "a", count: 48_000))]
-        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
-        #expect(try await act(alice, MessageType.callCancel, first).type == MessageType.ok)
-        #expect(try await act(alice, MessageType.callCancel, second).type == MessageType.ok)
-        _ = try await cluster.node(2)?.waitFor(#/(lost the Redis subscription)/#, what: "node 2 to say it lost its subscription")
-        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
+        let peers = try await cluster.joinBig(alice, bob)
+        try await cluster.cutNode2Subscription(alice, bobPeer: peers.bob) { () async throws in
+            #expect(try await act(alice, MessageType.callCancel, first).type == MessageType.ok)
+            #expect(try await act(alice, MessageType.callCancel, second).type == MessageType.ok)
+        }
 
         let caughtUp = try await cluster.node(2)?.waitFor(
             #/caught up on the events published while the subscription was down.*count=(\d+)/#, what: "node 2 to catch up")
@@ -875,18 +883,12 @@ struct ClusterTests {
         cluster.redisUser.withLock { $0 = "node:node-secret" }
 
         let (alice, bob, callID) = try await cluster.aliceRingsBobAcrossTwoNodes()
-        let bobJoined = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
-        let bobPeer = try #require(bobJoined.data?["peer_id"]?.stringValue)
-        let aliceJoined = try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "big"))
-        let alicePeer = try #require(aliceJoined.data?["peer_id"]?.stringValue)
-        #expect(try await bob.request(MessageType.signal, encoding: SignalRequest(room: "big", to: alicePeer, signal: ["n": 1])).type == MessageType.ok)
+        let peers = try await cluster.joinBig(alice, bob)
+        #expect(try await bob.request(MessageType.signal, encoding: SignalRequest(room: "big", to: peers.alice, signal: ["n": 1])).type == MessageType.ok)
         #expect(try await event(alice, MessageType.signal).data?["signal"] == ["n": 1])
-        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 16kb 0 0"])
-        let large: JSONValue = ["sdp": .string(String(repeating: "a", count: 48_000))]
-        #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
-        #expect(try await act(alice, MessageType.callCancel, callID).type == MessageType.ok)
-        _ = try await cluster.node(2)?.waitFor(#/(lost the Redis subscription)/#, what: "node 2 to say it lost its subscription")
-        _ = try cluster.redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
+        try await cluster.cutNode2Subscription(alice, bobPeer: peers.bob) { () async throws in
+            #expect(try await act(alice, MessageType.callCancel, callID).type == MessageType.ok)
+        }
         _ = try await event(bob, "call.cancelled", call: callID)
         _ = try await cluster.node(2)?.waitFor(#/(caught up on the events published while the subscription was down)/#, what: "node 2 to catch up")
         let second = try await call(bob, to: ["alice"], timeout: 60)
