@@ -1019,11 +1019,18 @@ struct ClusterTests {
         #expect(try await act(aliceOne, MessageType.callCancel, second).type == MessageType.ok)
         let third = try await aliceTwo.request(MessageType.callCreate, id: "c3", encoding: CallCreateRequest(callees: ["bob"]))
         #expect(third.error?.code == .rateLimited, "the third call to bob this minute, through the other node: \(third)")
-        // The refused call is taken out of the counts again: it counts for nothing.
-        try await within(.seconds(5), "the refused invite to be uncounted") {
-            while try await offThePool({ try cluster.redis.command(["ZCARD", "sb:inv:\(cluster.app.id):alice:bob"]) })?.integer != 2 {
-                try await Task.sleep(for: .milliseconds(20))
+        // A refused call is taken out of the counts again: it counts for nothing. A group call
+        // with one pair over its limit is refused, and counts in none of its sets either.
+        _ = try await cluster.connect("dave", device: "d", node: 1)
+        let group = try await aliceOne.request(MessageType.callCreate, id: "g1", encoding: CallCreateRequest(callees: ["dave", "bob"]))
+        #expect(group.error?.code == .rateLimited, "bob's pair is full: \(group)")
+        let counts = { @Sendable () async throws -> [Int64?] in
+            try await offThePool {
+                try ["alice", "alice:bob", "alice:dave"].map { try cluster.redis.command(["ZCARD", "sb:inv:\(cluster.app.id):" + $0])?.integer }
             }
+        }
+        try await within(.seconds(5), "the refused invites to be uncounted") {
+            while try await counts() != [2, 2, 0] { try await Task.sleep(for: .milliseconds(20)) }
         }
 
         // A call a block list refuses counts no invite (the node asks Redis and the store at
