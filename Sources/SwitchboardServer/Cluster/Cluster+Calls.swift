@@ -81,18 +81,19 @@ extension Cluster {
     /// transaction rather than a script costs Redis a third as much.
     private func count(_ member: String, in keys: [String], limits: [Int], nowMillis: Int64, then: @escaping (Bool?) -> Void) {
         guard let commands else { return then(nil) }
-        let now = Array(String(nowMillis).utf8), since = Array(String(nowMillis - 60_000).utf8), member = Array(member.utf8)
+        let now = Array(String(nowMillis).utf8), since = Array(String(nowMillis - 60_000).utf8), added = Array(member.utf8)
+        let sets = keys.map { Array($0.utf8) }
         var transaction: [[[UInt8]]] = []
-        for key in keys.map({ Array($0.utf8) }) {
-            transaction += [[Self.zremrangebyscore, key, Self.negativeInfinity, since], [Self.zadd, key, now, member], [Self.pexpire, key, Self.minute]]
+        for key in sets {
+            transaction += [[Self.zremrangebyscore, key, Self.negativeInfinity, since], [Self.zadd, key, now, added], [Self.pexpire, key, Self.minute]]
         }
-        transaction += keys.map { [Self.zcard, Array($0.utf8)] }
+        transaction += sets.map { [Self.zcard, $0] }
         commands.transaction(transaction) { [weak self] result in
             guard case .success(.array(let replies)) = result, replies.count == transaction.count else { return then(nil) }
             let counts = replies.suffix(keys.count).compactMap(\.integer)
             guard counts.count == keys.count else { return then(nil) }  // a command refused (a key of another type)
             let admitted = zip(counts, limits).allSatisfy { count, limit in count <= Int64(limit) }
-            if !admitted { for key in keys { self?.sendIgnoringReply(["ZREM", key, String(decoding: member, as: UTF8.self)]) } }
+            if !admitted { for key in keys { self?.sendIgnoringReply(["ZREM", key, member]) } }
             then(admitted)
         }
     }
