@@ -210,10 +210,14 @@ final class TestCluster: Sendable {
     /// subscribes again a quarter of a second later), the limit is Redis's default again.
     func cutNode2Subscription(_ alice: TestClient, bobPeer: String, meanwhile: () async throws -> Void) async throws {
         _ = try redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 16kb 0 0"])
+        let node2 = try #require(node(2))
+        let losses = node2.standardError.ranges(of: "lost the Redis subscription").count
         let large: JSONValue = ["sdp": .string(String(repeating: "a", count: 48_000))]
         #expect(try await alice.request(MessageType.signal, encoding: SignalRequest(room: "big", to: bobPeer, signal: large)).type == MessageType.ok)
         try await meanwhile()
-        _ = try await node(2)?.waitFor(#/(lost the Redis subscription)/#, what: "node 2 to say it lost its subscription")
+        try await within(.seconds(15), "node 2 to say it lost its subscription") {
+            while node2.standardError.ranges(of: "lost the Redis subscription").count == losses { try await Task.sleep(for: .milliseconds(20)) }
+        }
         _ = try redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
     }
 
@@ -865,6 +869,53 @@ struct ClusterTests {
         #expect(cancelled == [first, second])
         let stats = try #require(try cluster.redis.command(["INFO", "commandstats"])?.text)
         #expect(stats.contains("cmdstat_xrevrange:calls=1,"), "\(stats)")
+    }
+
+    /// The subscription lost again while a node reads back: the page asked for before is not
+    /// used, reading starts again from the newest entry, and a live event that came while it
+    /// read waits for the events published before it. Here 400,000 entries of another user
+    /// keep node 2 reading for many pages; bob's first call is cancelled while node 2 does not
+    /// listen, his second (live) while it reads, then node 2's subscription is closed again: bob
+    /// hears the two cancellations in the order they were made.
+    @Test func readingBackStartsAgainWhenTheSubscriptionIsLostWhileItReads() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let first = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: first)
+        let second = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: second)
+        let peers = try await cluster.joinBig(alice, bob)
+        _ = try cluster.redis.command([
+            "EVAL", "for i = 1, 400000 do redis.call('xadd', 'sb:events', '*', 'c', 'sb:u:other:carol', 'm', '{\"eid\":\"x/' .. i .. '\"}') end return 0", "0",
+        ])
+        _ = try cluster.redis.command(["CONFIG", "RESETSTAT"])
+        let redis = cluster.redis
+        @Sendable func pagesRead() throws -> Int {
+            let stats = try redis.command(["INFO", "commandstats"])?.text ?? ""
+            return stats.firstMatch(of: #/cmdstat_xrevrange:calls=(\d+),/#).flatMap { Int($0.output.1) } ?? 0
+        }
+        try await cluster.cutNode2Subscription(alice, bobPeer: peers.bob) { () async throws in
+            #expect(try await act(alice, MessageType.callCancel, first).type == MessageType.ok)
+        }
+        try await within(.seconds(10), "node 2 to read its second page") {
+            while try pagesRead() < 2 { try await Task.sleep(for: .milliseconds(2)) }
+        }
+        #expect(try await act(alice, MessageType.callCancel, second).type == MessageType.ok)
+        try await Task.sleep(for: .milliseconds(50))  // the live call.cancelled reaches node 2, which holds it
+        let node2 = try #require(cluster.node(2))
+        #expect(!node2.standardError.contains("caught up"), "node 2 still reads back as its subscription is closed again")
+        let pagesBefore = try pagesRead()
+        try await cluster.cutNode2Subscription(alice, bobPeer: peers.bob) {}
+
+        _ = try await node2.waitFor(#/(caught up on the events published while the subscription was down)/#, timeout: .seconds(30), what: "node 2 to catch up")
+        var cancelled: [String?] = []
+        for _ in 0..<2 { cancelled.append(try await event(bob, "call.cancelled").data?["call_id"]?.stringValue) }
+        #expect(cancelled == [first, second])
+        let oneReading = 400_000 / 512
+        #expect(try pagesRead() > pagesBefore + oneReading / 2, "reading started again from the newest entry")
     }
 
     /// Nodes whose Redis user may run only the commands docs/configuration.md lists for one

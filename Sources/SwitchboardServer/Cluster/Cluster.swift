@@ -414,9 +414,10 @@ package final class Cluster: @unchecked Sendable {
         commands.send(["XREVRANGE", Self.eventsKey, end, start, "COUNT", String(Self.catchUpPage)]) { [weak self] result in
             guard let self, catchingUp != nil else { return }
             // The subscription was lost meanwhile: again from the newest entry, now if it is
-            // back already (else once Redis confirms the channels).
+            // back already (else once Redis confirms the channels). The live events held go on
+            // waiting: the new reading finds them in the stream, after what was published before.
             guard catchingUp?.round == state.round else {
-                stopReading()
+                catchingUp?.reading = false
                 return catchUp()
             }
             // Again once Redis is back (`catchUp` when the connection is up again).
