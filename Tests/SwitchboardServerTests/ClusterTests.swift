@@ -646,6 +646,27 @@ struct ClusterTests {
         #expect(entries(history["calls"]).compactMap { $0["call_id"]?.stringValue } == [callID])
     }
 
+    /// A resume on another node whose `last_seq` is beyond any number (2^63 and 2^64 - 1) fails
+    /// as a resume past the session's last event does, and both nodes go on.
+    @Test func aResumeOnAnotherNodeWithALastSeqBeyondAnySessionsFails() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let token = try #require(try await cluster.welcomeToken(of: alice))
+        for lastSeq in ["9223372036854775808", "18446744073709551615"] {
+            let url = "ws://127.0.0.1:\(cluster.port(2))/v1/ws?access_token=\(cluster.token("alice"))&device_id=a&resume_token=\(token)&last_seq=\(lastSeq)"
+            let client = try await TestClient.connect(url)
+            let welcome = try await client.nextEnvelope()
+            #expect(welcome.type == MessageType.sessionWelcome, "\(welcome)")
+            #expect(welcome.data?["resume_failed"] == true, "\(welcome)")
+        }
+        for node in 1...2 {
+            #expect(cluster.node(node)?.isRunning == true, "node \(node) runs")
+            #expect(try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(node))/readyz").status == 200)
+        }
+    }
+
     /// A rolling restart of every node during an answered call: each node in turn drains
     /// (SIGTERM) and starts again; the participants on it resume on another node; the call
     /// fails at no point and ends normally after, once in each history.

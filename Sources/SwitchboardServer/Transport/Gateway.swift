@@ -170,7 +170,10 @@ final class Gateway: HTTPServerHandler, @unchecked Sendable {
                 }
                 var resume: Hub.ResumeRequest?
                 if let resumeToken = request.query["resume_token"], !resumeToken.isEmpty {
-                    resume = Hub.ResumeRequest(token: resumeToken, lastSequence: UInt64(request.query["last_seq"] ?? "") ?? 0)
+                    // A `seq` never passes 2^63 - 1 (the number another node is sent): one beyond it
+                    // names no event of any session, and the resume fails as any such one does.
+                    let lastSequence = min(UInt64(request.query["last_seq"] ?? "") ?? 0, UInt64(Int64.max))
+                    resume = Hub.ResumeRequest(token: resumeToken, lastSequence: lastSequence)
                 }
                 let deviceID: String?
                 do throws(ErrorBody) { deviceID = try Self.deviceParameter(request.query["device_id"]) } catch {
