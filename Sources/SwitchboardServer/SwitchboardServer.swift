@@ -160,7 +160,7 @@ public final class SwitchboardServer: Sendable {
             // and its calls handed over, then its sessions told to resume elsewhere (1012) and
             // handed over as they do; it leaves the cluster last.
             gateway.beginDraining()
-            gateway.hub.drainCluster {
+            gateway.hub.drainCluster(storeWait: grace) {
                 gateway.drain(grace: grace, code: CloseCode.serviceRestart, waitForSessions: true) {
                     cluster.stop()
                     drained.signal()

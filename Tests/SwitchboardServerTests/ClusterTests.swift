@@ -1070,6 +1070,36 @@ struct ClusterTests {
         #expect(!logs.contains("call taken over"), "no node took the call from its living owner")
     }
 
+    /// SIGTERM on a node while PostgreSQL is down: the hand-over of its calls, which the store
+    /// cannot take, is waited for `shutdown_grace_seconds` at most; then its sessions are closed
+    /// and it exits. Once the database is back, another node takes the ringing call over after
+    /// its lease and the callee answers it.
+    @Test func aNodeDrainsAndExitsWhilePostgreSQLIsDown() async throws {
+        let postgres = try await offThePool { try PostgresInstance() }
+        defer { postgres.destroy() }
+        let cluster = try TestCluster(storeURL: postgres.url)
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--shutdown-grace-seconds", "2"]) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let callID = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: callID)
+
+        try await offThePool { try postgres.stop() }
+        try await cluster.waitUntilUnready(1, "the store is down", within: .seconds(10))
+        let node1 = try #require(cluster.node(1))
+        let started = ContinuousClock.now
+        #expect(try await node1.stop(timeout: .seconds(20)) == 0, "the node exits")
+        let took = ContinuousClock.now - started
+        #expect(took < .seconds(8), "the store waited for 2 s, the sessions 2 s at most: \(took)")
+        #expect(node1.standardError.contains("the store did not take the calls' hand-over in time"))
+        _ = try await alice.closeCode(timeout: .seconds(5))
+
+        try await offThePool { try postgres.start() }
+        let answered = try await actUntilTaken(bob, MessageType.callAnswer, callID, within: .seconds(30))
+        #expect(answered.data?["state"] == "accepted", "\(answered)")
+    }
+
     /// The invite limits and idempotency keys are the cluster's: a retried create with the
     /// same key on another node gets the same call, and a caller who rang a callee as often as
     /// `invites_per_pair_per_minute` allows through one node is refused through another.

@@ -164,21 +164,33 @@ extension Hub {
     /// A node leaving the cluster on purpose (SIGTERM): the rooms it runs close for their
     /// members (`node_lost`: they join again elsewhere), and its calls are handed over at once
     /// (their leases given up in the store and Redis, every node told to sweep) instead of
-    /// after their lease. `then` runs once the store has it.
-    func drainCluster(then: @escaping () -> Void) {
+    /// after their lease. `then` runs once the store has it, or after `storeWait` if the store
+    /// does not take it (PostgreSQL down: the other nodes take the calls over once their lease
+    /// has run out and the store is back).
+    func drainCluster(storeWait: Duration, then: @escaping () -> Void) {
         guard let cluster else { return then() }
         for room in Array(rooms.rooms.values) { try? closeRoom(room.key, reason: .nodeLost) }
         let handed = Array(calls.values)
         for call in handed { disown(call) }
-        guard !handed.isEmpty else { return then() }
+        guard !handed.isEmpty, let scheduler else { return then() }
         let ids = handed.map(\.state.id)
-        let scheduler = self.scheduler
-        let release = LoopBound({ [weak self] in
-            for id in ids { cluster.release(callID: id) }
-            cluster.tellEveryone("sweep")
-            self?.logger.info("calls handed over to the other nodes", ["count": String(ids.count)])
+        var waiting: TimerID?
+        let release = LoopBound({ [weak self] (stored: Bool) in
+            guard let timer = waiting else { return }  // once: stored, or the wait is over
+            waiting = nil
+            scheduler.cancel(timer)
+            if stored {
+                for id in ids { cluster.release(callID: id) }
+                cluster.tellEveryone("sweep")
+                self?.logger.info("calls handed over to the other nodes", ["count": String(ids.count)])
+            } else {
+                self?.logger.warning(
+                    "the store did not take the calls' hand-over in time; other nodes take them over once their lease runs out",
+                    ["count": String(ids.count), "waited_s": String(storeWait.components.seconds)])
+            }
             then()
         })
-        store.giveUpCallLeases(ids) { scheduler?.execute { release.value() } }
+        waiting = scheduler.schedule(after: storeWait) { release.value(false) }
+        store.giveUpCallLeases(ids) { [weak scheduler] in scheduler?.execute { release.value(true) } }
     }
 }
