@@ -221,6 +221,22 @@ final class TestCluster: Sendable {
         _ = try redis.command(["CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60"])
     }
 
+    /// The Redis commands docs/configuration.md says a node's ACL user needs (`client|reply`
+    /// for `CLIENT REPLY`).
+    static func documentedRedisCommands() throws -> [String] {
+        let configuration = try String(contentsOfFile: repositoryRoot + "/docs/configuration.md", encoding: .utf8)
+        let row = try #require(configuration.split(separator: "\n").first { $0.hasPrefix("| `cluster_redis_url`") })
+        let listed = try #require(row.firstRange(of: "An ACL user needs").map { row[$0.upperBound...] })
+        return listed.matches(of: #/`([A-Z]+(?: [A-Z]+)?)`/#).map { String($0.output.1).lowercased().replacingOccurrences(of: " ", with: "|") }
+    }
+
+    /// Nodes started from now on connect to Redis as a user that may run only `allowed` on the
+    /// `sb:` keys and channels.
+    func runAsRedisUser(allowed: [String]) throws {
+        _ = try redis.command(["ACL", "SETUSER", "node", "on", ">node-secret", "~sb:*", "&sb:*", "-@all"] + allowed.map { "+" + $0 })
+        redisUser.withLock { $0 = "node:node-secret" }
+    }
+
     /// Waits for node `number`'s `/readyz` to answer 503 (`what`: why it should).
     func waitUntilUnready(_ number: Int, _ what: String, within limit: Duration = .seconds(5)) async throws {
         try await within(limit, "/readyz to say \(what)") {
@@ -939,6 +955,40 @@ struct ClusterTests {
         #expect(try pagesRead() > pagesBefore + oneReading / 2, "reading started again from the newest entry")
     }
 
+    /// Reading back that Redis refuses (here the nodes' user may not run `XREVRANGE`) is tried
+    /// again at the node's heartbeats, then given up: the call event published while node 2
+    /// did not listen is lost, the live one that came meanwhile, held until then, reaches bob,
+    /// and the events after it reach him as they come.
+    @Test func readingBackRedisRefusesIsGivenUpAndTheLiveEventsHeldGoOut() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        try cluster.runAsRedisUser(allowed: try TestCluster.documentedRedisCommands().filter { $0 != "xrevrange" })
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let first = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: first)
+        let second = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: second)
+        let peers = try await cluster.joinBig(alice, bob)
+        try await cluster.cutNode2Subscription(alice, bobPeer: peers.bob) { () async throws in
+            #expect(try await act(alice, MessageType.callCancel, first).type == MessageType.ok)
+        }
+        let node2 = try #require(cluster.node(2))
+        _ = try await node2.waitFor(#/(Redis refused to read back the events)/#, what: "node 2 to be refused")
+        #expect(try await act(alice, MessageType.callCancel, second).type == MessageType.ok)
+
+        _ = try await node2.waitFor(
+            #/(gave up reading back the events published while the subscription was down)/#, timeout: .seconds(20), what: "node 2 to give up")
+        #expect(try await event(bob, "call.cancelled").data?["call_id"]?.stringValue == second, "the first call's cancel was lost")
+        let third = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: third)
+        #expect(try await act(alice, MessageType.callCancel, third).type == MessageType.ok)
+        _ = try await event(bob, "call.cancelled", call: third)
+        let denied = try #require(try cluster.redis.command(["ACL", "LOG"])?.array)
+        #expect(!denied.isEmpty, "Redis refused XREVRANGE")
+    }
+
     /// Nodes whose Redis user may run only the commands docs/configuration.md lists for one
     /// (and the `sb:` keys and channels) run a call across two nodes (its limits, presence and
     /// busy, its events, one read back after the subscription was lost) and a room with a
@@ -946,13 +996,9 @@ struct ClusterTests {
     @Test func nodesNeedNoRedisCommandButThoseTheDocsList() async throws {
         let cluster = try TestCluster()
         defer { cluster.stop() }
-        let configuration = try String(contentsOfFile: repositoryRoot + "/docs/configuration.md", encoding: .utf8)
-        let row = try #require(configuration.split(separator: "\n").first { $0.hasPrefix("| `cluster_redis_url`") })
-        let listed = try #require(row.firstRange(of: "An ACL user needs").map { row[$0.upperBound...] })
-        let commands = listed.matches(of: #/`([A-Z]+(?: [A-Z]+)?)`/#).map { String($0.output.1).lowercased().replacingOccurrences(of: " ", with: "|") }
+        let commands = try TestCluster.documentedRedisCommands()
         #expect(commands.count > 20, "\(commands)")
-        _ = try cluster.redis.command(["ACL", "SETUSER", "node", "on", ">node-secret", "~sb:*", "&sb:*", "-@all"] + commands.map { "+" + $0 })
-        cluster.redisUser.withLock { $0 = "node:node-secret" }
+        try cluster.runAsRedisUser(allowed: commands)
 
         let (alice, bob, callID) = try await cluster.aliceRingsBobAcrossTwoNodes()
         let peers = try await cluster.joinBig(alice, bob)

@@ -91,9 +91,12 @@ package final class Cluster: @unchecked Sendable {
         var found: [(id: StreamID, message: [UInt8])] = []
         /// Events delivered since the subscription came back (their `eid`): passed over.
         var delivered: Set<String> = []
-        /// Live events that came while reading: delivered after what is read back, each in its
-        /// place in the stream when it was read back too.
+        /// Live events that came while catching up: delivered after what is read back, each in
+        /// its place in the stream when it was read back too.
         var held: [[String: JSONValue]] = []
+        /// Heartbeats that found reading stopped (Redis lost, or a page refused): after
+        /// `catchUpTries` the node gives up and delivers what it has.
+        var stalls = 0
         /// Events read back that reached a session.
         var count = 0
         /// How many times reading started again from the newest entry: a page asked for
@@ -256,6 +259,7 @@ package final class Cluster: @unchecked Sendable {
                 logger.error("another process took this node's id in Redis: two nodes run as one", ["node": nodeID])
             }
         }
+        heartbeatCatchUp()
         heartbeat = loop?.schedule(after: timeout / 3) { [weak self] in self?.renewNode() }
     }
 
@@ -420,8 +424,13 @@ package final class Cluster: @unchecked Sendable {
                 catchingUp?.reading = false
                 return catchUp()
             }
-            // Again once Redis is back (`catchUp` when the connection is up again).
-            guard case .success(.array(let entries)) = result else { return stopReading() }
+            // Again once Redis is back (`catchUp` when the connection is up again), or at the next
+            // heartbeat; the live events held go on waiting (`heartbeatCatchUp`).
+            guard case .success(.array(let entries)) = result else {
+                catchingUp?.reading = false
+                if case .success(.error(let message)) = result { logger.warning("Redis refused to read back the events", ["error": message]) }
+                return
+            }
             var reachedLast = false
             for entry in entries {
                 guard let items = entry.array, items.count == 2, let id = items[0].text.flatMap(StreamID.init), let fields = items[1].array
@@ -434,11 +443,14 @@ package final class Cluster: @unchecked Sendable {
                 }
                 if userChannels.contains(channel) { catchingUp?.found.append((id, message)) }
             }
-            let more = !reachedLast && entries.count == Self.catchUpPage
-            if more, catchingUp?.awaiting == nil, commands.isConnected { return readBack() }
-            if !more { deliverFound() }
+            if !reachedLast && entries.count == Self.catchUpPage {
+                if commands.isConnected { return readBack() }
+                catchingUp?.reading = false  // on once Redis is back (the live events held wait)
+                return
+            }
+            deliverFound()
             stopReading()
-            guard !more, let done = catchingUp, done.awaiting == nil else { return }
+            guard let done = catchingUp, done.awaiting == nil else { return }
             catchingUp = nil
             hub?.metrics.increment("switchboard_cluster_late_events_total", ["outcome": "caught_up"], by: Double(done.count))
             logger.info("caught up on the events published while the subscription was down", ["count": String(done.count)])
@@ -464,7 +476,24 @@ package final class Cluster: @unchecked Sendable {
         }
     }
 
-    /// Reading back stopped (done, or Redis lost again): the live events that waited go now.
+    /// At each heartbeat while catching up: reading that stopped (Redis lost, or a page
+    /// refused) is tried again, and given up after `catchUpTries` heartbeats: what was read and
+    /// what came live since go to the sessions, and the rest is lost (docs/scaling.md).
+    private func heartbeatCatchUp() {
+        guard let state = catchingUp, !state.reading, state.awaiting == nil else { return }
+        catchingUp?.stalls += 1
+        guard state.stalls + 1 >= Self.catchUpTries else { return catchUp() }
+        deliverFound()
+        stopReading()
+        let count = catchingUp?.count ?? 0
+        catchingUp = nil
+        hub?.metrics.increment("switchboard_cluster_late_events_total", ["outcome": "caught_up"], by: Double(count))
+        logger.warning("gave up reading back the events published while the subscription was down", ["count": String(count)])
+    }
+
+    private static let catchUpTries = 3
+
+    /// Reading back is done or given up: the live events that waited go now.
     private func stopReading() {
         guard let held = catchingUp?.held else { return }
         catchingUp?.reading = false
@@ -637,7 +666,7 @@ package final class Cluster: @unchecked Sendable {
         case "event":
             if let eventID = message["eid"]?.stringValue {
                 lastEvent = eventID
-                if catchingUp?.reading == true {
+                if catchingUp != nil {
                     catchingUp?.held.append(message)
                     return
                 }
