@@ -1117,9 +1117,10 @@ struct ClusterTests {
     }
 
     /// SIGTERM on a node while PostgreSQL is down: the hand-over of its calls, which the store
-    /// cannot take, is waited for `shutdown_grace_seconds` at most; then its sessions are closed
-    /// and it exits. Once the database is back, another node takes the ringing call over after
-    /// its lease and the callee answers it.
+    /// cannot take, is waited for `shutdown_grace_seconds` at most; meanwhile the node starts no
+    /// call and makes no room for the sessions it still has (`unavailable`: they retry on
+    /// another node); then its sessions are closed and it exits. Once the database is back,
+    /// another node takes the ringing call over after its lease and the callee answers it.
     @Test func aNodeDrainsAndExitsWhilePostgreSQLIsDown() async throws {
         let postgres = try await offThePool { try PostgresInstance() }
         defer { postgres.destroy() }
@@ -1135,7 +1136,13 @@ struct ClusterTests {
         try await cluster.waitUntilUnready(1, "the store is down", within: .seconds(10))
         let node1 = try #require(cluster.node(1))
         let started = ContinuousClock.now
-        #expect(try await node1.stop(timeout: .seconds(20)) == 0, "the node exits")
+        let stopping = Task { try await node1.stop(timeout: .seconds(20)) }
+        _ = try await node1.waitFor(#/(shutting down)/#, what: "node 1 to begin draining")
+        let late = try await alice.request(MessageType.callCreate, id: "late", encoding: CallCreateRequest(callees: ["bob"]))
+        #expect(late.error?.code == .unavailable && late.error?.message.contains("shutting down") == true, "\(late)")
+        let join = try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "late"))
+        #expect(join.error?.code == .unavailable && join.error?.message.contains("shutting down") == true, "\(join)")
+        #expect(try await stopping.value == 0, "the node exits")
         let took = ContinuousClock.now - started
         #expect(took < .seconds(8), "the store waited for 2 s, the sessions 2 s at most: \(took)")
         #expect(node1.standardError.contains("the store did not take the calls' hand-over in time"))

@@ -40,6 +40,7 @@ extension Hub {
                 throw ErrorBody(
                     .forbidden, "caller_name and handle need the admin grant: the callee sees your token's name and handle claims")
             }
+            if clusterDraining { throw Self.nodeDraining }
             try refuseWithoutStorage()
         } catch { return answer(.failure(error)) }
 
@@ -126,6 +127,9 @@ extension Hub {
 
     /// A call that could not be recorded would be lost from everyone's history: none starts
     /// while the storage refuses writes.
+    /// What a draining node of a cluster answers a request that would start something here.
+    static let nodeDraining = ErrorBody(.unavailable, "this node is shutting down; retry: the load balancer sends you to another node")
+
     private func refuseWithoutStorage() throws(ErrorBody) {
         guard let problem = store.storageProblem else { return }
         metrics.increment("switchboard_calls_refused_total", ["reason": "storage"])

@@ -68,6 +68,7 @@ extension Hub {
     /// holds it in Redis), from what the store keeps of it.
     func takeOverIfAbandoned(_ callID: String, then: @escaping (Whereabouts) -> Void) {
         if let call = calls[callID] { return then(.here(call)) }
+        if clusterDraining { return then(.heldElsewhere) }  // another node takes it: the caller retries
         let nowMillis = wallMillis
         withStore(for: Self.clusterLane, { try $0.liveCall(id: callID, nowMillis: nowMillis) }, afterQueuedWrites: false) {
             [weak self] result in
@@ -83,6 +84,7 @@ extension Hub {
     /// Takes over the calls whose owner stopped renewing them (the sweep, every third of
     /// `call_lease_seconds`).
     func takeOverAbandonedCalls() {
+        guard !clusterDraining else { return }
         let nowMillis = wallMillis
         let previous = cluster?.previousInstance
         withStore(for: Self.clusterLane, { try $0.abandonedCalls(nowMillis: nowMillis, previous: previous) }, afterQueuedWrites: false) {

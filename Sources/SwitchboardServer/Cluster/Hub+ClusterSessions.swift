@@ -169,6 +169,7 @@ extension Hub {
     /// has run out and the store is back).
     func drainCluster(storeWait: Duration, then: @escaping () -> Void) {
         guard let cluster else { return then() }
+        clusterDraining = true
         for room in Array(rooms.rooms.values) { try? closeRoom(room.key, reason: .nodeLost) }
         let handed = Array(calls.values)
         for call in handed { disown(call) }

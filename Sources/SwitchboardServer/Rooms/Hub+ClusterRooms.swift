@@ -60,6 +60,7 @@ extension Hub {
         else { return answer(.failure(ErrorBody(.badRequest, "a malformed join from another node"))) }
         let key = RoomKey(appID: appID, name: name)
         do throws(ErrorBody) {
+            if clusterDraining && rooms.room(key) == nil { throw Self.nodeDraining }
             let joined = try joinHere(key, Joiner(peer: peer, appID: appID, device: device, callGrant: message["call_grant"] == .bool(true)))
             remoteMembers[peer.peerID] = from
             answer(.success(jsonValue(joined.reply)))

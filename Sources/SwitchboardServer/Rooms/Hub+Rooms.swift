@@ -34,6 +34,7 @@ extension Hub {
         peer.metadata = request.metadata
         let joiner = Joiner(peer: peer, appID: session.app.id, device: session.deviceKey, callGrant: session.claims.grants.call == true)
         guard cluster == nil || rooms.room(key) != nil || (Self.isCallRoomName(request.room) && callRooms[key] != nil) else {
+            if clusterDraining { throw Self.nodeDraining }
             joinElsewhere(key, joiner, session: session, answer: answer)
             return .later
         }
@@ -191,6 +192,7 @@ extension Hub {
             do throws(ErrorBody) { return .success(try createRoomHere(app: app, name: name, request: request)) } catch { return .failure(error) }
         }
         guard let cluster else { return answer(createHere()) }
+        if clusterDraining { return answer(.failure(Self.nodeDraining)) }
         cluster.claimRoom(appID: app.id, name: name, nowMillis: wallMillis) { home in
             switch home {
             case nil: answer(.failure(ErrorBody(.unavailable, "the cluster cannot count the app's rooms; retry in a second")))

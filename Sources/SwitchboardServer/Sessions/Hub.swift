@@ -102,6 +102,9 @@ final class Hub: @unchecked Sendable {
     /// In a cluster: user events for the users of those connections, held until their session
     /// is here (`Hub+ClusterSessions`).
     var heldUserEvents: [String: HeldEvents] = [:]
+    /// In a cluster: this node is draining (SIGTERM). It starts no call and takes none over,
+    /// and makes no room: what it would run is gone with it in a few seconds.
+    var clusterDraining = false
 
     struct HeldEvents {
         /// Sessions of the user on their way here.
