@@ -662,6 +662,32 @@ struct ClusterTests {
         #expect(entries(history["calls"]).compactMap { $0["call_id"]?.stringValue } == [callID])
     }
 
+    /// A call event the new node makes for a session while that session moves to it: bob's
+    /// session goes from node 1 to node 2, which runs alice's call to him; node 1 answers the
+    /// hand-over late (stopped for half a second), and alice cancels meanwhile. Node 1 hands the
+    /// session over before the cancel reaches it there; node 2 delivers it to the moved session.
+    @Test func aCallEventMadeWhileASessionMovesToItsNodeReachesIt() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let bob = try await cluster.connect("bob", device: "b", node: 1)
+        let token = try #require(try await cluster.welcomeToken(of: bob))
+        let alice = try await cluster.connect("alice", device: "a", node: 2)
+        let callID = try await call(alice, to: ["bob"], timeout: 60)
+        let incoming = try await event(bob, "call.incoming", call: callID)
+
+        let node1 = try #require(cluster.node(1))
+        kill(node1.pid, SIGSTOP)
+        let moving = Task { try await cluster.resume("bob", device: "b", node: 2, token: token, lastSequence: incoming.seq ?? 0) }
+        try await Task.sleep(for: .milliseconds(200))  // node 2 has asked node 1 for the session
+        #expect(try await act(alice, MessageType.callCancel, callID).type == MessageType.ok)
+        try await Task.sleep(for: .milliseconds(300))
+        kill(node1.pid, SIGCONT)
+        let (moved, resumed) = try await moving.value
+        #expect(resumed.type == MessageType.sessionResumed, "\(resumed)")
+        _ = try await event(moved, "call.cancelled", call: callID)
+    }
+
     /// A resume on another node whose `last_seq` is beyond any number (2^63 and 2^64 - 1) fails
     /// as a resume past the session's last event does, and both nodes go on.
     @Test func aResumeOnAnotherNodeWithALastSeqBeyondAnySessionsFails() async throws {

@@ -28,6 +28,9 @@ final class ClusterDelivery: EventDelivery {
     func deliver(_ event: OutgoingEvent, toUser identity: String, appID: String, except: String?, invitation: Invitation?) {
         let eventID = cluster.nextEventID()
         local.deliver(event, toUser: identity, appID: appID, except: except, invitation: invitation, eventID: eventID)
+        // A session of the user on its way here from another node gets it once here: that
+        // node may hand the session over before the event reaches it there.
+        local.hub.heldUserEvents[Hub.userKey(appID, identity)]?.events.append((eventID, event, except))
         cluster.publish(event, toUser: identity, appID: appID, except: except, invitation: invitation, eventID: eventID)
     }
 }
