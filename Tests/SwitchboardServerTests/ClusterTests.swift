@@ -546,6 +546,42 @@ struct ClusterTests {
         #expect((8000...9500).contains(endedAt - created), "rang out \(endedAt - created) ms after its start")
     }
 
+    /// A node that stalls longer than its lease (SIGSTOP) has its ringing call taken over by
+    /// another node, which rings it out on time. Woken, the stalled node learns the call is no
+    /// longer its own before it does anything with it: its overdue ring timer sends nothing,
+    /// bob hears the call missed once, his phone gets one missed-call notice, and the history
+    /// holds the call once.
+    @Test func aNodeWokenAfterItsLeaseRanOutLeavesItsCallsToTheNodeThatTookThemOver() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        _ = try await cluster.registerPhone("bob", device: "b-phone", seed: 7401, node: 2)
+        let alice = try await cluster.connect("alice", device: "a-web", node: 1)
+        let bob = try await cluster.connect("bob", device: "b-web", node: 2)
+        let callID = try await call(alice, to: ["bob"], timeout: 6)
+        _ = try await event(bob, "call.incoming", call: callID)
+        let node1 = try #require(cluster.node(1))
+        kill(node1.pid, SIGSTOP)
+        _ = try await event(bob, "call.missed", call: callID, timeout: .seconds(20))
+        _ = try await event(bob, "call.ended", call: callID)
+        #expect(cluster.node(2)?.standardError.contains("call taken over") == true)
+        let pushesBefore = cluster.sandbox.records.filter { $0.payload?["call_id"]?.stringValue == callID }.count
+        kill(node1.pid, SIGCONT)
+        try await Task.sleep(for: .seconds(2))
+
+        var seen: [String] = []
+        while let late = try? await bob.nextEnvelope(timeout: .milliseconds(300)) {
+            if late.data?["call_id"]?.stringValue == callID { seen.append(late.type) }
+        }
+        #expect(seen.isEmpty, "nothing more of the call after node 1 woke: \(seen)")
+        let pushes = cluster.sandbox.records.filter { $0.payload?["call_id"]?.stringValue == callID }
+        #expect(pushes.count == pushesBefore, "no push from node 1 once woken: \(pushes.map { "\($0.pushType ?? "") \($0.payload ?? .null)" })")
+        let history = entries(try await cluster.get("/v1/calls", as: "bob", node: 2)["calls"])
+        #expect(history.compactMap { $0["call_id"]?.stringValue } == [callID], "\(history)")
+        #expect(node1.standardError.contains("this node no longer runs the call"), "node 1 let the call go")
+        #expect(node1.standardError.contains("this node holds its calls again"))
+    }
+
     /// Members on three nodes see one room: each joins and hears the others join, in one
     /// order; signals go both ways between nodes and data to everyone; the participant limit
     /// holds across nodes; a leave reaches the others. When a member's node dies the others

@@ -197,10 +197,12 @@ extension Hub {
     func armDurationTimer(_ call: ActiveCall) {
         let endsAt = call.state.createdAtMillis + Int64(configuration.limits.maxCallDurationSeconds) * 1000
         call.durationTimer = scheduler?.schedule(after: .milliseconds(max(0, endsAt - wallMillis))) { [weak self, weak call] in
-            guard let self, let call, calls[call.state.id] === call else { return }
-            call.durationTimer = nil
-            logger.info("call ended at its maximum duration", ["call": call.state.id])
-            perform(call, call.state.endByServer(reason: "max_duration", nowMillis: wallMillis))
+            self?.whileHoldingCalls { [weak self, weak call] in
+                guard let self, let call, calls[call.state.id] === call else { return }
+                call.durationTimer = nil
+                logger.info("call ended at its maximum duration", ["call": call.state.id])
+                perform(call, call.state.endByServer(reason: "max_duration", nowMillis: wallMillis))
+            }
         }
     }
 
@@ -310,6 +312,11 @@ extension Hub {
         _ type: String, _ request: CallActionRequest, appID: String, identity: String, device: String?, seat: String?,
         forwarded: Bool = false, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
     ) {
+        guard waitingForCallLease.isEmpty && holdsCalls else {
+            return whileHoldingCalls { [weak self] in
+                self?.actOnCall(type, request, appID: appID, identity: identity, device: device, seat: seat, forwarded: forwarded, answer: answer)
+            }
+        }
         guard let call = calls[request.callID], call.state.appID == appID else {
             var action: [String: JSONValue] = [
                 "action": .string(type), "call_id": .string(request.callID), "app": .string(appID), "identity": .string(identity),
@@ -438,6 +445,11 @@ extension Hub {
         _ request: CallHoldRequest, appID: String, identity: String, device: String?, forwarded: Bool = false,
         answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
     ) {
+        guard waitingForCallLease.isEmpty && holdsCalls else {
+            return whileHoldingCalls { [weak self] in
+                self?.holdOnCall(request, appID: appID, identity: identity, device: device, forwarded: forwarded, answer: answer)
+            }
+        }
         let hold = { [weak self] (call: ActiveCall) in
             guard let self else { return }
             let effects: [CallState.Effect]
@@ -474,7 +486,16 @@ extension Hub {
     /// for the write (`whenStored`): a client told its call exists, or was answered, finds it so
     /// in the history after a `kill -9`. While the store refuses writes (they wait in memory,
     /// `store_backlog_writes`) replies do not wait for them.
+    ///
+    /// In a cluster, what a node does with a call waits while the node is not sure it still
+    /// holds it (`whileHoldingCalls`), and is dropped if another node took the call meanwhile.
     func perform(_ call: ActiveCall, _ effects: [CallState.Effect], setup: CallSetupClock? = nil) {
+        guard waitingForCallLease.isEmpty && holdsCalls else {
+            return whileHoldingCalls { [weak self] in
+                guard let self, calls[call.state.id] === call else { return }
+                perform(call, effects, setup: setup)
+            }
+        }
         indexAnswered(call)
         guard let cluster else {
             guard effects.contains(.save), store.storageProblem == nil else { return carryOut(call, effects, setup: setup) }
@@ -511,6 +532,7 @@ extension Hub {
     /// Runs `body` once everything the call did before is stored and carried out: a reply to a
     /// call action goes after the events it caused and once the state it reports is stored.
     func whenStored(_ call: ActiveCall, _ body: @escaping () -> Void) {
+        guard waitingForCallLease.isEmpty && holdsCalls else { return whileHoldingCalls { [weak self] in self?.whenStored(call, body) } }
         _ = call.enqueue(ready: true, body)
         drain(call)
     }
@@ -552,8 +574,10 @@ extension Hub {
             case .armRingTimer(let after):
                 let id = call.state.id
                 call.ringTimer = scheduler?.schedule(after: after) { [weak self] in
-                    guard let self, let call = self.calls[id] else { return }
-                    self.perform(call, call.state.ringTimedOut(nowMillis: self.wallMillis))
+                    self?.whileHoldingCalls { [weak self] in
+                        guard let self, let call = self.calls[id] else { return }
+                        self.perform(call, call.state.ringTimedOut(nowMillis: self.wallMillis))
+                    }
                 }
             case .cancelRingTimer:
                 if let timer = call.ringTimer { scheduler?.cancel(timer) }
@@ -585,23 +609,30 @@ extension Hub {
         }
         guard call.unattendedTimer == nil else { return }
         call.unattendedTimer = scheduler?.schedule(after: .seconds(configuration.limits.callUnattendedSeconds)) { [weak self, weak call] in
-            guard let self, let call, calls[call.state.id] === call else { return }
-            call.unattendedTimer = nil
-            let state = call.state
-            guard !state.present.contains(where: { !sessions.sessions(ofUser: Self.userKey(state.appID, $0)).isEmpty }) else { return }
-            let end = { [weak self, weak call] in
+            self?.whileHoldingCalls { [weak self, weak call] in
                 guard let self, let call, calls[call.state.id] === call else { return }
-                logger.info("call ended: nobody in it is connected", ["call": call.state.id])
-                perform(call, call.state.endByServer(reason: "unattended", nowMillis: wallMillis))
+                unattendedTimerFired(call)
             }
-            guard let cluster else { return end() }
-            // Its participants may be on other nodes: ended only when none is anywhere (and
-            // looked at again a period later when one is, or when Redis cannot say).
-            cluster.presence(of: state.present, appID: state.appID, nowMillis: wallMillis) { [weak self, weak call] presence in
-                guard let self, let call else { return }
-                if let presence, presence.connected.isEmpty { return end() }
-                checkAttendance(call)
-            }
+        }
+    }
+
+    /// `checkAttendance`'s timer: the call ends if none of its participants came back.
+    private func unattendedTimerFired(_ call: ActiveCall) {
+        call.unattendedTimer = nil
+        let state = call.state
+        guard !state.present.contains(where: { !sessions.sessions(ofUser: Self.userKey(state.appID, $0)).isEmpty }) else { return }
+        let end = { [weak self, weak call] in
+            guard let self, let call, calls[call.state.id] === call else { return }
+            logger.info("call ended: nobody in it is connected", ["call": call.state.id])
+            perform(call, call.state.endByServer(reason: "unattended", nowMillis: wallMillis))
+        }
+        guard let cluster else { return end() }
+        // Its participants may be on other nodes: ended only when none is anywhere (and
+        // looked at again a period later when one is, or when Redis cannot say).
+        cluster.presence(of: state.present, appID: state.appID, nowMillis: wallMillis) { [weak self, weak call] presence in
+            guard let self, let call else { return }
+            if let presence, presence.connected.isEmpty { return end() }
+            checkAttendance(call)
         }
     }
 

@@ -62,13 +62,15 @@ extension Hub {
         guard seconds > 0 else { return }
         let id = call.state.id
         _ = scheduler?.schedule(after: .seconds(seconds)) { [weak self] in
-            guard let self, let call = calls[id] else { return }
-            let state = call.state
-            guard state.ringingCallees.contains(callee), !(state.filteredDevices[callee]?.contains(device.deviceID) ?? false),
-                let left = state.ringTimeLeft(at: now), left > .seconds(2)
-            else { return }
-            sendPush(.alertInvite, to: device, callee: callee, call: call)
-            repeatAlertInvite(call, callee: callee, device: device)
+            self?.whileHoldingCalls { [weak self] in
+                guard let self, let call = calls[id] else { return }
+                let state = call.state
+                guard state.ringingCallees.contains(callee), !(state.filteredDevices[callee]?.contains(device.deviceID) ?? false),
+                    let left = state.ringTimeLeft(at: now), left > .seconds(2)
+                else { return }
+                sendPush(.alertInvite, to: device, callee: callee, call: call)
+                repeatAlertInvite(call, callee: callee, device: device)
+            }
         }
     }
 

@@ -230,10 +230,11 @@ extension Cluster {
     /// Renews this node's lease on every call it holds (one field of `sb:leases`) for `lease`;
     /// `lapsed` runs when it had run out (Redis lost it in a restart, or this node was cut off
     /// or stalled longer than the lease, and another may have taken its calls).
-    func renewLease(for lease: Duration, lapsed: @escaping () -> Void) {
+    func renewLease(for lease: Duration, renewed: @escaping (_ lapsed: Bool) -> Void) {
         guard let commands, commands.isConnected else { return }
         commands.run(Self.leaseScript, keys: [Self.leasesKey], arguments: [nodeID, String(lease.milliseconds)]) { result in
-            if case .success(.integer(1)) = result { lapsed() }
+            guard case .success(.integer(let lapsed)) = result else { return }
+            renewed(lapsed == 1)
         }
     }
 
@@ -254,14 +255,17 @@ extension Cluster {
     /// Writes again this node's keys of `calls` (each until its `until`) and the busy marks of
     /// each one's answered participants, after its lease lapsed: `lost` hears each call another
     /// node holds now.
-    func reclaim(_ calls: [(id: String, appID: String, busy: [String], until: Int64)], lost: @escaping (String) -> Void) {
-        guard !calls.isEmpty else { return }
+    func reclaim(
+        _ calls: [(id: String, appID: String, busy: [String], until: Int64)], lost: @escaping (String) -> Void, done: @escaping (_ answered: Bool) -> Void
+    ) {
+        guard !calls.isEmpty else { return done(true) }
         let marks = calls.flatMap { call in call.busy.map { (key: Self.busyKey(appID: call.appID, identity: $0), callID: call.id, until: call.until) } }
         let keys = calls.map { Self.callKey($0.id) } + marks.map(\.key)
         let arguments = [nodeID, String(calls.count)] + calls.map { String($0.until) } + marks.flatMap { [$0.callID, String($0.until)] }
         commands?.run(Self.reclaimScript, keys: keys, arguments: arguments) { result in
-            guard case .success(.array(let indexes)) = result else { return }
+            guard case .success(.array(let indexes)) = result else { return done(false) }
             for index in indexes.compactMap(\.integer) where index >= 1 && index <= calls.count { lost(calls[Int(index) - 1].id) }
+            done(true)
         }
     }
 

@@ -164,18 +164,45 @@ extension Hub {
     /// node took over meanwhile leave this one.
     func renewClusterLeases() {
         guard let cluster else { return }
-        cluster.renewLease(for: .seconds(configuration.limits.callLeaseSeconds)) { [weak self] in
-            self?.reclaimClusterCalls()
-            self?.writeClusterRooms()
+        let sentAt = now
+        cluster.renewLease(for: callLease) { [weak self] lapsed in
+            guard let self else { return }
+            if lapsed {
+                reclaimPending = true
+                writeClusterRooms()
+            }
+            guard reclaimPending else { return callLeaseRenewed(redis: sentAt) }
+            reclaimClusterCalls { [weak self] in
+                self?.letGoOfCallsHeldElsewhere {
+                    self?.reclaimPending = false
+                    self?.callLeaseRenewed(redis: sentAt)
+                }
+            }
+        }
+    }
+
+    /// After the lease ran out: the calls the store says ended or another node holds (one that
+    /// took a call over and ended it has let its key in Redis go) leave this node. `done` runs
+    /// once the store answered.
+    private func letGoOfCallsHeldElsewhere(done: @escaping () -> Void) {
+        let ids = Array(calls.keys)
+        guard !ids.isEmpty else { return done() }
+        withStore(for: Self.clusterLane, { try $0.callsNoLongerHeld(ids) }, afterQueuedWrites: false) { [weak self] result in
+            guard let self, case .success(let gone) = result else { return }
+            for id in gone { if let call = calls[id] { disown(call) } }
+            done()
         }
     }
 
     /// Writes again the keys of this node's calls and their busy marks, `Cluster.keysPerScript`
-    /// calls to a command.
-    private func reclaimClusterCalls() {
-        guard let cluster, !calls.isEmpty else { return }
+    /// calls to a command; the calls another node took meanwhile leave this one. `done` runs
+    /// once every command answered (not when one failed: the next renewal tries again).
+    private func reclaimClusterCalls(done: @escaping () -> Void) {
+        guard let cluster, !calls.isEmpty else { return done() }
         logger.warning("this node's lease in Redis had run out: its calls' keys are written again", ["calls": String(calls.count)])
-        for live in Array(calls.values).batches(of: Cluster.keysPerScript) {
+        let batches = Array(calls.values).batches(of: Cluster.keysPerScript)
+        var left = batches.count, failed = false
+        for live in batches {
             let batch = live.map { call in
                 let state = call.state
                 let busy = ([state.caller] + state.callees).filter { answeredCallsByUser[Self.userKey(state.appID, $0)]?.contains(state.id) == true }
@@ -183,6 +210,10 @@ extension Hub {
             }
             cluster.reclaim(batch) { [weak self] id in
                 if let self, let call = calls[id] { disown(call) }
+            } done: { answered in
+                failed = failed || !answered
+                left -= 1
+                if left == 0 && !failed { done() }
             }
         }
     }

@@ -105,6 +105,16 @@ final class Hub: @unchecked Sendable {
     /// In a cluster: this node is draining (SIGTERM). It starts no call and takes none over,
     /// and makes no room: what it would run is gone with it in a few seconds.
     var clusterDraining = false
+    /// In a cluster: until when no other node can take this node's calls, as far as it knows:
+    /// its lease renewed in Redis, or in the store while it still held them (another node takes
+    /// a call only once both ran out). Past it (the node stalled, or cut off from both), what
+    /// it would do with its calls waits (`whileHoldingCalls`) until a renewal says which are
+    /// still its own.
+    var callLeaseHeld: (redis: ContinuousClock.Instant, store: ContinuousClock.Instant)?
+    var waitingForCallLease: [() -> Void] = []
+    /// The lease in Redis ran out and the calls' keys were not yet all written again: which
+    /// calls another node took meanwhile is not known yet.
+    var reclaimPending = false
 
     struct HeldEvents {
         /// Sessions of the user on their way here.

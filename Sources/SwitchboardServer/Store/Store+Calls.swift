@@ -43,14 +43,15 @@ extension Store {
     }
 
     /// Extends this store's `owner`'s hold on every call it runs to `untilMillis` (queued: one
-    /// row, whatever the number of calls); owners gone for a day are forgotten.
-    func renewCallLeases(untilMillis: Int64) {
+    /// row, whatever the number of calls); owners gone for a day are forgotten. `written` runs
+    /// once it is committed.
+    func renewCallLeases(untilMillis: Int64, written: (@Sendable () -> Void)? = nil) {
         enqueue("call leases", statements: [
             SQLStatement(
                 "INSERT INTO call_owners (owner, lease_until) VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until",
                 [.text(owner), .integer(untilMillis)]),
             SQLStatement("DELETE FROM call_owners WHERE lease_until < ?", [.integer(untilMillis - 86_400_000)]),
-        ])
+        ], written: written)
     }
 
     /// Writes every participant's history entry for an ended call (queued).
@@ -148,6 +149,21 @@ extension Store {
             let callLease = row[2].int64 ?? 0
             let expired = row[3].string != owner && callLease < nowMillis && (callLease == 0 || (row[4].int64 ?? 0) < nowMillis)
             return (expired ? AbandonedCall(id: id, continuation: row[1].string) : nil, !expired)
+        }
+    }
+
+    /// Which of calls `ids` this store's `owner` no longer runs: ended, or held by another.
+    func callsNoLongerHeld(_ ids: [String]) throws -> Set<String> {
+        let owner = self.owner
+        return try read { database in
+            var gone: Set<String> = []
+            for batch in ids.batches(of: 500) {
+                let marks = Array(repeating: "?", count: batch.count).joined(separator: ", ")
+                let rows = try database.query(
+                    "SELECT id FROM calls WHERE id IN (\(marks)) AND (state = 'ended' OR owner != ?)", batch.map(SQLValue.text) + [.text(owner)])
+                gone.formUnion(rows.compactMap { $0[0].string })
+            }
+            return gone
         }
     }
 
