@@ -59,15 +59,18 @@ extension Cluster {
 
     /// KEYS: the room's key, `sb:leases`, this node's rooms of the app, this node's apps
     /// (`roomAppsKey`); ARGV: this node, the app, `max_rooms_per_app`, the room's name, the
-    /// key's lifetime in ms. A key naming this node, or a node whose lease runs (on Redis's
-    /// clock), is the room's node. Else the room is this node's if the app's rooms on this node
+    /// key's lifetime in ms. A key naming a node whose lease runs (on Redis's clock), or this
+    /// node with the room in its set, is the room's node (a key naming this node without it is a
+    /// previous process's under this node's id). Else the room is this node's if the app's rooms on this node
     /// and on those whose lease runs are fewer than the limit: a node's rooms are counted from
     /// the set it keeps of their names (no room is renewed), and a dead node's stop counting
     /// when its lease runs out. The other nodes' sets are named here, from `sb:leases`.
     static let claimScript = RedisScript("""
         \(now)
         local v = redis.call('get', KEYS[1])
-        if v ~= false and (v == ARGV[1] or tonumber(redis.call('hget', KEYS[2], v) or '0') >= now) then return v end
+        local counted = redis.call('sismember', KEYS[3], ARGV[4]) == 1
+        if v == ARGV[1] and counted then return v end
+        if v ~= false and v ~= ARGV[1] and tonumber(redis.call('hget', KEYS[2], v) or '0') >= now then return v end
         local leases = redis.call('hgetall', KEYS[2])
         local rooms = redis.call('scard', KEYS[3])
         for i = 1, #leases, 2 do
@@ -75,7 +78,7 @@ extension Cluster {
                 rooms = rooms + redis.call('scard', 'sb:rooms:' .. ARGV[2] .. ':' .. leases[i])
             end
         end
-        if redis.call('sismember', KEYS[3], ARGV[4]) == 0 and rooms >= tonumber(ARGV[3]) then return '' end
+        if not counted and rooms >= tonumber(ARGV[3]) then return '' end
         redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[5])
         redis.call('sadd', KEYS[3], ARGV[4])
         redis.call('sadd', KEYS[4], ARGV[2])

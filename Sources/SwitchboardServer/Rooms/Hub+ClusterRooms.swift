@@ -52,13 +52,29 @@ extension Hub {
         }
     }
 
-    /// A join another node passed on: the room runs here (or is made here now).
+    /// A join another node passed on: the room runs here, or is made here now. An ordinary
+    /// room not running here is claimed first (Redis named this node for it, but a previous
+    /// process under its id may have left that key): it counts against `max_rooms_per_app`.
     func forwardedJoin(_ message: [String: JSONValue], answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
         guard let from = message["from"]?.stringValue, let appID = message["app"]?.stringValue, let name = message["room"]?.stringValue,
             let peerValue = message["peer"], let peer = try? JSONValueDecoder().decode(PeerDescription.self, from: peerValue),
             let device = message["device"]?.stringValue
         else { return answer(.failure(ErrorBody(.badRequest, "a malformed join from another node"))) }
         let key = RoomKey(appID: appID, name: name)
+        if let cluster, rooms.room(key) == nil, !Self.isCallRoomName(name), !clusterDraining, message["claimed"] != .bool(true) {
+            cluster.claimRoom(appID: appID, name: name, nowMillis: wallMillis) { [weak self] home in
+                guard let self else { return }
+                switch home {
+                case cluster.nodeID?:
+                    var claimed = message
+                    claimed["claimed"] = true
+                    forwardedJoin(claimed, answer: answer)
+                case Cluster.appFull?: answer(.failure(RoomError.tooManyRooms(limit: cluster.maxRoomsPerApp).body))
+                default: answer(.failure(ErrorBody(.unavailable, "room '\(name)' is moving between nodes; retry in a second")))
+                }
+            }
+            return
+        }
         do throws(ErrorBody) {
             if clusterDraining && rooms.room(key) == nil { throw Self.nodeDraining }
             let joined = try joinHere(key, Joiner(peer: peer, appID: appID, device: device, callGrant: message["call_grant"] == .bool(true)))
