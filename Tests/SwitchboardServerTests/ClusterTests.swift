@@ -1051,6 +1051,26 @@ struct ClusterTests {
         #expect(!denied.isEmpty, "Redis refused XREVRANGE")
     }
 
+    /// `sb:events` keeps `cluster_event_replay_seconds` of events: the nodes'
+    /// heartbeats trim what is older (here 300 entries stamped a minute ago, by whole blocks of
+    /// 100) and keep what is newer (5 entries of now).
+    @Test func theEventStreamKeepsTheReplayTimeOfEvents() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        let time = try #require(try cluster.redis.command(["TIME"])?.array?.compactMap(\.text).compactMap { Int64($0) })
+        let minuteAgo = time[0] * 1000 - 60_000
+        for index in 0..<300 {
+            _ = try cluster.redis.command(["XADD", "sb:events", "\(minuteAgo)-\(index)", "c", "sb:u:other:carol", "m", "{}"])
+        }
+        for _ in 0..<5 { _ = try cluster.redis.command(["XADD", "sb:events", "*", "c", "sb:u:other:carol", "m", "{}"]) }
+        try await cluster.start(1, ["--cluster-event-replay-seconds", "30"])
+        try await within(.seconds(10), "node 1's heartbeat to trim sb:events") {
+            while try cluster.redis.command(["XLEN", "sb:events"])?.integer != 5 { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        try await Task.sleep(for: .seconds(cluster.lease))  // another heartbeat or two
+        #expect(try cluster.redis.command(["XLEN", "sb:events"])?.integer == 5, "what is newer stays")
+    }
+
     /// Nodes whose Redis user may run only the commands docs/configuration.md lists for one
     /// (and the `sb:` keys and channels) run a call across two nodes (its limits, presence and
     /// busy, its events, one read back after the subscription was lost) and a room with a

@@ -153,6 +153,14 @@ package final class Cluster: @unchecked Sendable {
         return 0
         """)
 
+    /// KEYS[1]: `sb:events`; ARGV[1]: how long it keeps entries, in ms. Trims older ones, by
+    /// Redis's time.
+    static let trimEventsScript = RedisScript("""
+        local t = redis.call('time')
+        local oldest = t[1] * 1000 + math.floor(t[2] / 1000) - tonumber(ARGV[1])
+        return redis.call('xtrim', KEYS[1], 'MINID', '~', string.format('%.0f', oldest))
+        """)
+
     /// Deletes a key when it holds ARGV[1] (a node's key, a call's key, an idempotency key).
     static let deleteIfScript = RedisScript(
         "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0")
@@ -250,8 +258,9 @@ package final class Cluster: @unchecked Sendable {
     private func renewNode() {
         commands?.send(["SADD", Self.nodesKey, nodeID]) { _ in }
         // `sb:events` keeps what the last `cluster_event_replay_seconds` published (and up to a
-        // heartbeat more); Redis trims it by whole blocks of entries (`~`).
-        commands?.send(["XTRIM", Self.eventsKey, "MINID", "~", String(wallMillis - eventReplay.milliseconds)]) { _ in }
+        // heartbeat more); Redis trims it by whole blocks of entries (`~`), on its own clock,
+        // which also made the entries' ids (a node's clock ahead would trim them early).
+        commands?.run(Self.trimEventsScript, keys: [Self.eventsKey], arguments: [String(eventReplay.milliseconds)]) { _ in }
         let timeout = nodeTimeout
         commands?.run(Self.holdScript, keys: [Self.nodeKey(nodeID)], arguments: [instance, String(timeout.milliseconds)]) { [weak self] result in
             guard let self else { return }
