@@ -52,7 +52,7 @@ package final class Cluster: @unchecked Sendable {
     /// User events not in Redis yet (it was away, or the connection was lost before it
     /// answered), oldest first: published in order once it is back, unless older than
     /// `eventReplay`. While any wait, newer events wait behind them, so none overtakes another.
-    private var unpublished: [(channel: [UInt8], message: [UInt8], atMillis: Int64)] = []
+    private var unpublished: [(channel: [UInt8], message: [UInt8], atMillis: Int64, counted: Bool)] = []
     /// The id (`eid`) of the last user event this node received on its subscription: reading
     /// back stops there. None until one came: reading back then stops at `startedAt`.
     private var lastEvent: String?
@@ -340,13 +340,13 @@ package final class Cluster: @unchecked Sendable {
     /// stream's order is the order of publishing, which reading back relies on. Neither a
     /// script (which costs Redis several times the two commands) nor the stream trimmed here
     /// (every node's heartbeat does it).
-    private func sendEvent(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64) {
+    private func sendEvent(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64, counted: Bool = false) {
         guard let commands else { return }
         commands.transaction([[Self.xadd, Self.eventsKeyBytes, Self.newestID, Self.c, channel, Self.m, message], [Self.publish, channel, message]]) {
             [weak self] result in
             guard let self else { return }
             switch result {
-            case .failure: hold(channel, message, atMillis: atMillis)
+            case .failure: hold(channel, message, atMillis: atMillis, counted: counted)
             case .success(.error(let refusal)):
                 // Refused a write (Redis at `maxmemory`, say), and so the whole transaction:
                 // published all the same, not kept.
@@ -374,9 +374,9 @@ package final class Cluster: @unchecked Sendable {
 
     /// Keeps a user event Redis did not take, dropping those held past `eventReplay` (checked
     /// once they are a second past it, so that a long outage drops them in batches).
-    private func hold(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64) {
+    private func hold(_ channel: [UInt8], _ message: [UInt8], atMillis: Int64, counted: Bool = false) {
         if unpublished.isEmpty { logger.warning("events for other nodes wait for Redis", ["redis": url.description]) }
-        unpublished.append((channel, message, atMillis))
+        unpublished.append((channel, message, atMillis, counted))
         if let oldest = unpublished.first?.atMillis, oldest < wallMillis - eventReplay.milliseconds - 1000 { dropExpiredEvents() }
     }
 
@@ -397,8 +397,9 @@ package final class Cluster: @unchecked Sendable {
         guard !unpublished.isEmpty else { return }
         let held = unpublished
         unpublished.removeAll()
-        for event in held { sendEvent(event.channel, event.message, atMillis: event.atMillis) }
-        hub?.metrics.increment("switchboard_cluster_late_events_total", ["outcome": "republished"], by: Double(held.count))
+        for event in held { sendEvent(event.channel, event.message, atMillis: event.atMillis, counted: true) }
+        // Each once: one Redis lost again on its way goes out again later, not counted again.
+        hub?.metrics.increment("switchboard_cluster_late_events_total", ["outcome": "republished"], by: Double(held.filter { !$0.counted }.count))
         logger.info("events held while Redis was away published", ["count": String(held.count)])
     }
 
