@@ -580,6 +580,7 @@ struct ClusterTests {
         #expect(history.compactMap { $0["call_id"]?.stringValue } == [callID], "\(history)")
         #expect(node1.standardError.contains("this node no longer runs the call"), "node 1 let the call go")
         #expect(node1.standardError.contains("this node holds its calls again"))
+        #expect(try cluster.redis.command(["EXISTS", "sb:call:\(callID)"])?.integer == 0, "the ended call's key is not written again")
     }
 
     /// Members on three nodes see one room: each joins and hears the others join, in one

@@ -43,6 +43,7 @@ extension Hub {
             store.renewCallLeases(untilMillis: leaseUntilMillis) { [weak scheduler] in scheduler?.execute { renewed.value() } }
         } else if let held = callLeaseHeld {
             callLeaseHeld?.store = max(held.store, now + callLease)  // no call to take
+            callLeaseRenewed()
         }
         if cluster != nil { renewClusterLeases() }
     }

@@ -109,6 +109,7 @@ package final class Cluster: @unchecked Sendable {
             before = nil
             found = []
             round += 1
+            stalls = 0
         }
     }
 
@@ -441,6 +442,7 @@ package final class Cluster: @unchecked Sendable {
                 if case .success(.error(let message)) = result { logger.warning("Redis refused to read back the events", ["error": message]) }
                 return
             }
+            catchingUp?.stalls = 0  // reading goes on
             var reachedLast = false
             for entry in entries {
                 guard let items = entry.array, items.count == 2, let id = items[0].text.flatMap(StreamID.init), let fields = items[1].array

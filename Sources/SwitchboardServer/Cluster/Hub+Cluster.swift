@@ -68,7 +68,8 @@ extension Hub {
     /// holds it in Redis), from what the store keeps of it.
     func takeOverIfAbandoned(_ callID: String, then: @escaping (Whereabouts) -> Void) {
         if let call = calls[callID] { return then(.here(call)) }
-        if clusterDraining { return then(.heldElsewhere) }  // another node takes it: the caller retries
+        // Draining (another node takes it), or not sure of its own calls: the caller retries.
+        if clusterDraining || !holdsCalls { return then(.heldElsewhere) }
         let nowMillis = wallMillis
         withStore(for: Self.clusterLane, { try $0.liveCall(id: callID, nowMillis: nowMillis) }, afterQueuedWrites: false) {
             [weak self] result in
@@ -84,7 +85,7 @@ extension Hub {
     /// Takes over the calls whose owner stopped renewing them (the sweep, every third of
     /// `call_lease_seconds`).
     func takeOverAbandonedCalls() {
-        guard !clusterDraining else { return }
+        guard !clusterDraining, holdsCalls else { return }
         let nowMillis = wallMillis
         let previous = cluster?.previousInstance
         withStore(for: Self.clusterLane, { try $0.abandonedCalls(nowMillis: nowMillis, previous: previous) }, afterQueuedWrites: false) {
@@ -172,8 +173,10 @@ extension Hub {
                 writeClusterRooms()
             }
             guard reclaimPending else { return callLeaseRenewed(redis: sentAt) }
-            reclaimClusterCalls { [weak self] in
-                self?.letGoOfCallsHeldElsewhere {
+            // The store first: a call another node took over and ended has no key in Redis,
+            // which the reclaim would write again (and its busy marks) as this node's.
+            letGoOfCallsHeldElsewhere { [weak self] in
+                self?.reclaimClusterCalls {
                     self?.reclaimPending = false
                     self?.callLeaseRenewed(redis: sentAt)
                 }
@@ -183,11 +186,12 @@ extension Hub {
 
     /// After the lease ran out: the calls the store says ended or another node holds (one that
     /// took a call over and ended it has let its key in Redis go) leave this node. `done` runs
-    /// once the store answered.
+    /// once the store answered (after this node's writes queued before: a call it took over
+    /// meanwhile is stored as its own by then).
     private func letGoOfCallsHeldElsewhere(done: @escaping () -> Void) {
         let ids = Array(calls.keys)
         guard !ids.isEmpty else { return done() }
-        withStore(for: Self.clusterLane, { try $0.callsNoLongerHeld(ids) }, afterQueuedWrites: false) { [weak self] result in
+        withStore(for: Self.clusterLane, { try $0.callsNoLongerHeld(ids) }) { [weak self] result in
             guard let self, case .success(let gone) = result else { return }
             for id in gone { if let call = calls[id] { disown(call) } }
             done()

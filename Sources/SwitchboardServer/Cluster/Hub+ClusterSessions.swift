@@ -164,9 +164,10 @@ extension Hub {
     /// A node leaving the cluster on purpose (SIGTERM): the rooms it runs close for their
     /// members (`node_lost`: they join again elsewhere), and its calls are handed over at once
     /// (their leases given up in the store and Redis, every node told to sweep) instead of
-    /// after their lease. `then` runs once the store has it, or after `storeWait` if the store
-    /// does not take it (PostgreSQL down: the other nodes take the calls over once their lease
-    /// has run out and the store is back).
+    /// after their lease. `then` runs once the store has it, or after `storeWait` (2 s at
+    /// least) if the store does not take it by then (PostgreSQL down: the other nodes take the
+    /// calls over once their lease has run out and the store is back); a hand-over the store
+    /// takes later, while the node is still there, is announced all the same.
     func drainCluster(storeWait: Duration, then: @escaping () -> Void) {
         guard let cluster else { return then() }
         clusterDraining = true
@@ -175,23 +176,25 @@ extension Hub {
         for call in handed { disown(call) }
         guard !handed.isEmpty, let scheduler else { return then() }
         let ids = handed.map(\.state.id)
+        let wait = max(storeWait, .seconds(2))
         var waiting: TimerID?
         let release = LoopBound({ [weak self] (stored: Bool) in
-            guard let timer = waiting else { return }  // once: stored, or the wait is over
-            waiting = nil
-            scheduler.cancel(timer)
             if stored {
                 for id in ids { cluster.release(callID: id) }
                 cluster.tellEveryone("sweep")
                 self?.logger.info("calls handed over to the other nodes", ["count": String(ids.count)])
-            } else {
+            }
+            guard let timer = waiting else { return }  // `then` once: stored, or the wait is over
+            waiting = nil
+            scheduler.cancel(timer)
+            if !stored {
                 self?.logger.warning(
                     "the store did not take the calls' hand-over in time; other nodes take them over once their lease runs out",
-                    ["count": String(ids.count), "waited_s": String(storeWait.components.seconds)])
+                    ["count": String(ids.count), "waited_s": String(wait.components.seconds)])
             }
             then()
         })
-        waiting = scheduler.schedule(after: storeWait) { release.value(false) }
+        waiting = scheduler.schedule(after: wait) { release.value(false) }
         store.giveUpCallLeases(ids) { [weak scheduler] in scheduler?.execute { release.value(true) } }
     }
 }

@@ -23,6 +23,10 @@ extension Hub {
                 answer(.failure(ErrorBody(.unavailable, "the cluster cannot say where room '\(key.name)' runs; retry in a second")))
             case Cluster.appFull?:
                 answer(.failure(RoomError.tooManyRooms(limit: cluster.maxRoomsPerApp).body))
+            case cluster.nodeID? where clusterDraining && rooms.room(key) == nil:
+                // It would be made here, on a node about to go.
+                cluster.releaseRoom(appID: key.appID, name: key.name)
+                answer(.failure(Self.nodeDraining))
             case cluster.nodeID?:
                 do throws(ErrorBody) {
                     let joined = try joinHere(key, joiner)
@@ -70,6 +74,7 @@ extension Hub {
                     claimed["claimed"] = true
                     forwardedJoin(claimed, answer: answer)
                 case Cluster.appFull?: answer(.failure(RoomError.tooManyRooms(limit: cluster.maxRoomsPerApp).body))
+                case nil: answer(.failure(ErrorBody(.unavailable, "the cluster cannot say where room '\(name)' runs; retry in a second")))
                 default: answer(.failure(ErrorBody(.unavailable, "room '\(name)' is moving between nodes; retry in a second")))
                 }
             }

@@ -34,7 +34,6 @@ extension Hub {
         peer.metadata = request.metadata
         let joiner = Joiner(peer: peer, appID: session.app.id, device: session.deviceKey, callGrant: session.claims.grants.call == true)
         guard cluster == nil || rooms.room(key) != nil || (Self.isCallRoomName(request.room) && callRooms[key] != nil) else {
-            if clusterDraining { throw Self.nodeDraining }
             joinElsewhere(key, joiner, session: session, answer: answer)
             return .later
         }
