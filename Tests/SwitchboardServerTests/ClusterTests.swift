@@ -1264,7 +1264,9 @@ struct ClusterTests {
         #expect(group.error?.code == .rateLimited, "bob's pair is full: \(group)")
         let counts = { @Sendable () async throws -> [Int64?] in
             try await offThePool {
-                try ["alice", "alice:bob", "alice:dave"].map { try cluster.redis.command(["ZCARD", "sb:inv:\(cluster.app.id):" + $0])?.integer }
+                try ["sb:inv:\(cluster.app.id):alice", "sb:invp:\(cluster.app.id):5:alice:bob", "sb:invp:\(cluster.app.id):5:alice:dave"].map {
+                    try cluster.redis.command(["ZCARD", $0])?.integer
+                }
             }
         }
         try await within(.seconds(5), "the refused invites to be uncounted") {
@@ -1291,6 +1293,15 @@ struct ClusterTests {
             let made = try await call(client, to: ["carol"])
             #expect(try await act(client, MessageType.callCancel, made).type == MessageType.ok, "call \(index + 1) to carol")
         }
+        // Another caller whose identity and key make the same text ("alice" + "x:k", "alice:x" +
+        // "k") has keys of its own: each gets a call of its own.
+        _ = try await cluster.connect("erin", device: "e", node: 1)
+        let one = try await aliceOne.request(MessageType.callCreate, id: "x1", encoding: CallCreateRequest(callees: ["erin"], idempotencyKey: "x:k"))
+        let other = try await cluster.connect("alice:x", device: "ax", node: 2)
+        let two = try await other.request(MessageType.callCreate, id: "x2", encoding: CallCreateRequest(callees: ["erin"], idempotencyKey: "k"))
+        let (firstX, secondX) = (try #require(one.data?["call_id"]?.stringValue, "\(one)"), try #require(two.data?["call_id"]?.stringValue, "\(two)"))
+        #expect(firstX != secondX, "two callers, two calls")
+        for (client, id) in [(aliceOne, firstX), (other, secondX)] { #expect(try await act(client, MessageType.callCancel, id).type == MessageType.ok) }
     }
 
     /// `connects_per_identity_per_minute` counts an identity's connects across the nodes: the

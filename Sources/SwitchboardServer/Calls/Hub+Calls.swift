@@ -78,7 +78,7 @@ extension Hub {
             }
             if needs.blockedBy != nil { uncount() }
             if needs.blockedBy == nil, let earlier = presence?.earlierCall, earlier != id {
-                return answerWithEarlierCall(earlier, appID: appID, answer: answer)
+                return answerWithEarlierCall(earlier, appID: appID, caller: callerID, answer: answer)
             }
             do throws(ErrorBody) {
                 let (result, call) = try startCall(request, id: id, caller: caller, app: app, device: device, seat: seat,
@@ -117,18 +117,21 @@ extension Hub {
 
     /// A create with an idempotency key another node already made a call for: that call as it
     /// stands (here, or as stored), or `conflict` while it is still being set up.
-    private func answerWithEarlierCall(_ id: String, appID: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
-        if let call = calls[id] { return answer(.success(describe(call))) }
-        withStore(for: appID, { try $0.callSummary(id: id, appID: appID)?.summary }) { result in
-            if case .success(let summary?) = result { return answer(.success(summary)) }
+    private func answerWithEarlierCall(
+        _ id: String, appID: String, caller: String, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) {
+        if let call = calls[id], call.state.caller == caller { return answer(.success(describe(call))) }
+        withStore(for: appID, { try $0.callSummary(id: id, appID: appID) }) { result in
+            if case .success(let stored?) = result, stored.caller == caller { return answer(.success(stored.summary)) }
             answer(.failure(ErrorBody(.conflict, "a call with this idempotency key is being set up; retry in a second")))
         }
     }
 
-    /// A call that could not be recorded would be lost from everyone's history: none starts
-    /// while the storage refuses writes.
     /// What a draining node of a cluster answers a request that would start something here.
     static let nodeDraining = ErrorBody(.unavailable, "this node is shutting down; retry: the load balancer sends you to another node")
+
+    /// A call that could not be recorded would be lost from everyone's history: none starts
+    /// while the storage refuses writes.
 
     private func refuseWithoutStorage() throws(ErrorBody) {
         guard let problem = store.storageProblem else { return }

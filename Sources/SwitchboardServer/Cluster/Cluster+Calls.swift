@@ -37,7 +37,7 @@ extension Cluster {
         if let idempotencyKey {
             // The idempotency key first: a retry of a call made already counts as no new invite.
             commands.run(
-                Self.inviteScript, keys: ["sb:idem:" + appID + ":" + caller + ":" + idempotencyKey] + inviteKeys,
+                Self.inviteScript, keys: [Self.idempotencyKey(appID: appID, caller: caller, key: idempotencyKey)] + inviteKeys,
                 arguments: [String(nowMillis), String(limits.invitesPerMinute), String(limits.invitesPerPairPerMinute), callID]
             ) { result in
                 switch result {
@@ -103,7 +103,18 @@ extension Cluster {
 
     /// A call refused after it took an idempotency key: the key is free again (if still its).
     func forgetIdempotencyKey(appID: String, caller: String, key: String, callID: String) {
-        commands?.runIgnoringReply(Self.deleteIfScript, keys: ["sb:idem:" + appID + ":" + caller + ":" + key], arguments: [callID])
+        commands?.runIgnoringReply(Self.deleteIfScript, keys: [Self.idempotencyKey(appID: appID, caller: caller, key: key)], arguments: [callID])
+    }
+
+    /// A caller followed by something else in a key: the caller's length first, so that
+    /// `alice` with key `x:k` and `alice:x` with key `k` name two keys, whatever characters an
+    /// identity holds.
+    static func callerAnd(_ caller: String, _ rest: String) -> String {
+        String(caller.utf8.count) + ":" + caller + ":" + rest
+    }
+
+    static func idempotencyKey(appID: String, caller: String, key: String) -> String {
+        "sb:idem:" + appID + ":" + callerAnd(caller, key)
     }
 
     /// An invite `callSetup` counted for call `callID`, which did not start (a block list
@@ -113,9 +124,10 @@ extension Cluster {
         if let idempotencyKey { forgetIdempotencyKey(appID: appID, caller: caller, key: idempotencyKey, callID: callID) }
     }
 
-    /// The sorted sets of invites a call setup counts in: the caller's, then each pair's.
+    /// The sorted sets of invites a call setup counts in: the caller's, then each pair's (under
+    /// another prefix: no caller's set is a pair's).
     private static func inviteKeys(appID: String, caller: String, callees: [String]) -> [String] {
-        ["sb:inv:" + appID + ":" + caller] + callees.map { "sb:inv:" + appID + ":" + caller + ":" + $0 }
+        ["sb:inv:" + appID + ":" + caller] + callees.map { "sb:invp:" + appID + ":" + callerAnd(caller, $0) }
     }
 
     /// An idempotency key and the invite limits over the last minute, in one step (a call
