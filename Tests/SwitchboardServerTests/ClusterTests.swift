@@ -1304,6 +1304,33 @@ struct ClusterTests {
         for (client, id) in [(aliceOne, firstX), (other, secondX)] { #expect(try await act(client, MessageType.callCancel, id).type == MessageType.ok) }
     }
 
+    /// `max_devices_per_user` holds across nodes: two devices of a user with room for one,
+    /// registered at once through two nodes, give one registration and one refusal (each node
+    /// counted before the other wrote, until registrations of one user went one at a time).
+    @Test func theDeviceLimitHoldsForRegistrationsRacingThroughTwoNodes() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--max-devices-per-user", "1"]) }
+        for round in 0..<15 {
+            let user = "racer-\(round)"
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for (node, device) in [(1, "a"), (2, "b")] {
+                    group.addTask {
+                        let body = DeviceRegistration(
+                            platform: "ios", voipToken: String(format: "%064x", round * 2 + node), apnsToken: nil, environment: "sandbox",
+                            bundleID: cluster.app.bundleID, callKitEnabled: true, appVersion: "1.0")
+                        return try await HTTPClient.request(
+                            "PUT", "http://127.0.0.1:\(cluster.port(node))/v1/devices/\(device)",
+                            headers: [("Authorization", "Bearer " + cluster.token(user))], body: Array(try JSONEncoder().encode(body))
+                        ).status
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }.sorted()
+            }
+            #expect(statuses == [200, 409], "\(user): \(statuses)")
+        }
+    }
+
     /// `connects_per_identity_per_minute` counts an identity's connects across the nodes: the
     /// third connect in a minute with a limit of 2 is closed (1008) before it gets a session,
     /// though the node it reached had seen only one.

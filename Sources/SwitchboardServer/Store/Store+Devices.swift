@@ -89,7 +89,13 @@ extension Store {
             if let count = others.first?[0].int64, count >= Int64(limit) { throw DeviceLimitReached(limit: limit) }
         }
         try read(checkLimit)
+        let engine = self.engine
         _ = try write { database in
+            if engine == .postgres {
+                // Servers sharing the database register one user's devices one at a time, so
+                // that two of them cannot each find room for one more (held until the commit).
+                try database.query("SELECT pg_advisory_xact_lock(hashtextextended(?, 7350002))", [.text(device.appID + ":" + device.userID)])
+            }
             try checkLimit(in: database)
             for (column, token) in [("voip_token", device.voipToken), ("apns_token", device.apnsToken)] {
                 guard let token else { continue }
