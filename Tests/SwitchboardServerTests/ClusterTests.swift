@@ -725,6 +725,34 @@ struct ClusterTests {
         _ = try await event(moved, "call.cancelled", call: callID)
     }
 
+    /// A session asked for by a node that has given up waiting (the node holding it was
+    /// stopped longer than `cluster_forward_timeout_ms`) is not handed over: the client got a
+    /// fresh session on the asking node, and the old one ends where it was when its grace runs
+    /// out, so that alice, in a room with it, hears it left (handed over late, it belonged to
+    /// nobody and stayed in the room).
+    @Test func aSessionAskedForTooLateStaysAndEndsWhereItWas() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--resume-grace-seconds", "3"]) }
+        let bob = try await cluster.connect("bob", device: "b", node: 1)
+        let alice = try await cluster.connect("alice", device: "a", node: 2)
+        let peers = try await cluster.joinBig(alice, bob)
+        let token = try #require(try await cluster.welcomeToken(of: bob))
+        bob.socket.abort()
+        try await Task.sleep(for: .milliseconds(300))  // node 1 holds bob's session for its grace
+        let node1 = try #require(cluster.node(1))
+        kill(node1.pid, SIGSTOP)
+        let (fresh, welcome) = try await cluster.resume("bob", device: "b", node: 2, token: token, lastSequence: 0)
+        #expect(welcome.type == MessageType.sessionWelcome && welcome.data?["resume_failed"] == true, "\(welcome)")
+        kill(node1.pid, SIGCONT)
+        _ = fresh
+        while true {
+            let left = try await event(alice, "room.peer_left", timeout: .seconds(10))
+            if left.data?["peer_id"]?.stringValue == peers.bob { break }
+        }
+        #expect(node1.standardError.contains("came after it gave up on it"))
+    }
+
     /// A resume on another node whose `last_seq` is beyond any number (2^63 and 2^64 - 1) fails
     /// as a resume past the session's last event does, and both nodes go on.
     @Test func aResumeOnAnotherNodeWithALastSeqBeyondAnySessionsFails() async throws {

@@ -541,6 +541,9 @@ package final class Cluster: @unchecked Sendable {
         message["op"] = .string(op)
         message["from"] = .string(nodeID)
         message["req"] = .int(Int64(number))
+        // Not carried out past the time this node gives up on it (a session handed over to a
+        // node that no longer waits for it would belong to nobody).
+        message["until"] = .int(wallMillis + forwardTimeout.milliseconds)
         let timer = loop?.schedule(after: forwardTimeout) { [weak self] in
             guard let forward = self?.forwards.removeValue(forKey: number) else { return }
             forward.answer(.failure(Self.ownerGone))
@@ -694,6 +697,9 @@ package final class Cluster: @unchecked Sendable {
             hub.invitationDelivered(receipts, Invitation(callID: callID, callee: callee))
         case "req":
             guard let from = message["from"]?.stringValue, let number = message["req"], let op = message["op"]?.stringValue else { return }
+            if let until = message["until"]?.intValue, wallMillis > until {
+                return logger.warning("a request from another node came after it gave up on it: not carried out", ["op": op, "node": from])
+            }
             hub.clusterRequest(op, message) { [weak self] result in
                 var reply: [String: JSONValue] = ["k": "reply", "req": number]
                 switch result {
