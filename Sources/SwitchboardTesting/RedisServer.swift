@@ -58,6 +58,9 @@ public final class RedisServer: Sendable {
         throw ToolProcess.Failure(description: "redis-server did not answer on \(port)")
     }
 
+    /// Its process (to stop it with SIGSTOP: it then answers nothing, its connections open).
+    public var pid: Int32? { process.withLock { $0?.isRunning == true ? $0?.processIdentifier : nil } }
+
     /// Stops it (SIGTERM) and waits for it to go: every connection to it is cut.
     public func stop() {
         guard let child = process.withLock({ $0 }), child.isRunning else { return }

@@ -753,6 +753,42 @@ struct ClusterTests {
         #expect(node1.standardError.contains("came after it gave up on it"))
     }
 
+    /// A Redis that stops answering with its connections open (its process stopped here, as a
+    /// host gone or a partition would): after `cluster_redis_timeout_ms` each node takes its
+    /// connections as lost (its `/readyz` says 503), and a call started meanwhile is answered
+    /// from what the node knows, not held until Redis answers. Once Redis answers again the
+    /// nodes are back and a call across them rings.
+    // Covers: limit:cluster_redis_timeout_ms
+    @Test func aRedisThatStopsAnsweringIsGivenUpOnAfterTheTimeout() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--cluster-redis-timeout-ms", "1000"]) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        _ = try await cluster.connect("bob", device: "b", node: 2)
+        let redis = try #require(cluster.redis.pid)
+        kill(redis, SIGSTOP)
+        let started = ContinuousClock.now
+        let answered: Result<Envelope, any Error>
+        do {
+            answered = .success(try await alice.request(MessageType.callCreate, id: "during", encoding: CallCreateRequest(callees: ["bob"])))
+        } catch { answered = .failure(error) }
+        let took = ContinuousClock.now - started
+        kill(redis, SIGCONT)  // whatever came: a Redis left stopped would not stop with the test
+        let reply = try answered.get()
+        #expect(took < .seconds(4), "answered after \(took): \(reply)")
+        _ = try await cluster.node(1)?.waitFor(#/(lost Redis)/#, what: "node 1 to give up on Redis")
+        try await within(.seconds(10), "the nodes to be ready again") {
+            for node in 1...2 {
+                while try await HTTPClient.request("GET", "http://127.0.0.1:\(cluster.port(node))/readyz").status != 200 {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+        }
+        let bob = try await cluster.connect("bob", device: "b2", node: 2)
+        let callID = try await call(alice, to: ["bob"])
+        _ = try await event(bob, "call.incoming", call: callID)
+    }
+
     /// A resume on another node whose `last_seq` is beyond any number (2^63 and 2^64 - 1) fails
     /// as a resume past the session's last event does, and both nodes go on.
     @Test func aResumeOnAnotherNodeWithALastSeqBeyondAnySessionsFails() async throws {

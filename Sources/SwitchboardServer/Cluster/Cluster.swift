@@ -31,6 +31,8 @@ package final class Cluster: @unchecked Sendable {
     let logger: Logger
     private let nodeTimeout: Duration
     private let forwardTimeout: Duration
+    /// How long Redis may leave a command unanswered before the connection counts as lost.
+    private let redisTimeout: Duration
     /// Keys one command or script writes at most when a node writes many again (its calls', its
     /// rooms'), so that none holds Redis up for long.
     static let keysPerScript = 200
@@ -121,6 +123,7 @@ package final class Cluster: @unchecked Sendable {
         self.logger = logger.with("component", "cluster")
         nodeTimeout = .seconds(limits.nodeTimeoutSeconds)
         forwardTimeout = .milliseconds(limits.clusterForwardTimeoutMillis)
+        redisTimeout = .milliseconds(limits.clusterRedisTimeoutMillis)
         eventReplay = .seconds(limits.clusterEventReplaySeconds)
         maxRoomsPerApp = limits.maxRoomsPerApp
     }
@@ -191,6 +194,7 @@ package final class Cluster: @unchecked Sendable {
     func start(on loop: EventLoop) {
         self.loop = loop
         let commands = RedisConnection(url: url, loop: loop)
+        commands.replyTimeout = redisTimeout
         // A signal passed on is a `PUBLISH` nobody reads the reply of: Redis writes none.
         commands.leavesOutIgnoredReplies = true
         commands.onStateChange = { [weak self] up in
@@ -202,6 +206,7 @@ package final class Cluster: @unchecked Sendable {
             hub?.clusterRedisConnected()
         }
         let subscriber = RedisConnection(url: url, loop: loop)
+        subscriber.replyTimeout = redisTimeout
         subscriber.onStateChange = { [weak self] up in
             guard let self else { return }
             // Redis closes a subscriber that reads too slowly (past `client-output-buffer-limit

@@ -115,6 +115,7 @@ public struct ServerConfiguration: Sendable {
         public var nodeTimeoutSeconds = 10
         /// How long a node waits for the node that owns a call to answer an action it passed on.
         public var clusterForwardTimeoutMillis = 2000
+        public var clusterRedisTimeoutMillis = 3000
         /// How long Redis keeps the user events published (for a node that lost its subscription
         /// to catch up on), and a node the events it could not publish (for when Redis is back).
         public var clusterEventReplaySeconds = 30
@@ -343,6 +344,9 @@ public struct ServerConfiguration: Sendable {
             "cluster_forward_timeout_ms", "How long a node waits for the node owning a call to answer an action passed on to it; then 503.",
             100...60_000, \.limits.clusterForwardTimeoutMillis),
         int(
+            "cluster_redis_timeout_ms", "How long a node waits for Redis to answer before it takes the connection as lost and makes it again.",
+            100...60_000, \.limits.clusterRedisTimeoutMillis),
+        int(
             "cluster_event_replay_seconds",
             "How long Redis keeps user events for a node that lost its subscription, and a node those it could not publish.", 1...3600,
             \.limits.clusterEventReplaySeconds),
@@ -447,6 +451,7 @@ public struct ServerConfiguration: Sendable {
             "cluster_redis_url": "none", "node_id": "host name and port",
             "node_timeout_seconds": String(limits.nodeTimeoutSeconds),
             "cluster_forward_timeout_ms": String(limits.clusterForwardTimeoutMillis),
+            "cluster_redis_timeout_ms": String(limits.clusterRedisTimeoutMillis),
             "cluster_event_replay_seconds": String(limits.clusterEventReplaySeconds),
             "alert_ring_repeat_seconds": String(limits.alertRingRepeatSeconds),
             "max_buffered_body_bytes": String(limits.maxBufferedBodyBytes),

@@ -120,6 +120,20 @@ public final class RedisConnection: @unchecked Sendable {
     private var flushQueued = false
     /// How long after a lost connection the next attempt starts.
     public var reconnectDelay = Duration.milliseconds(250)
+    /// How long Redis may leave the oldest command waiting with no reply coming meanwhile, or a
+    /// connection attempt unanswered, before the connection counts as lost: it is closed (what
+    /// waited fails) and made again. A Redis that stops answering without closing the
+    /// connection (its host gone, a partition, a failover behind an address) is noticed so.
+    /// Nil: never (TCP's keepalive alone notices a dead peer, in about half a minute).
+    public var replyTimeout: Duration? {
+        didSet { watch() }
+    }
+    /// Commands sent whose reply has not come, and when the last reply came (or the first of
+    /// them was sent, if none came since).
+    private var awaiting = 0
+    private var progressAt = ContinuousClock.now
+    private var connectingSince: ContinuousClock.Instant?
+    private var watching = false
     /// Runs on every new connection (after `AUTH`/`SELECT` were sent), and `false` on every loss.
     public var onStateChange: ((Bool) -> Void)?
     /// Each `message` a subscribed connection receives: its channel and payload.
@@ -143,6 +157,8 @@ public final class RedisConnection: @unchecked Sendable {
             return scheduleReconnect()
         }
         sb_redis_set_data(context, Unmanaged.passUnretained(self).toOpaque())
+        _ = redisEnableKeepAlive(&context.pointee.c)
+        connectingSince = .now
         _ = sb_redis_attach(context, loop.evLoop)
         redisAsyncSetConnectCallback(context, redisConnected)
         redisAsyncSetDisconnectCallback(context, redisDisconnected)
@@ -158,6 +174,7 @@ public final class RedisConnection: @unchecked Sendable {
             return scheduleReconnect()
         }
         isConnected = true
+        connectingSince = nil
         if leavesOutIgnoredReplies {
             send(["CLIENT", "REPLY", "ON"]) { [weak self] result in
                 guard let self, isConnected else { return }
@@ -170,6 +187,8 @@ public final class RedisConnection: @unchecked Sendable {
     fileprivate func disconnected() {
         // hiredis frees the context after this callback.
         context = nil
+        connectingSince = nil
+        awaiting = 0
         loadedScripts.removeAll()
         let was = isConnected
         isConnected = false
@@ -196,12 +215,21 @@ public final class RedisConnection: @unchecked Sendable {
 
     public func send(_ arguments: [[UInt8]], reply: @escaping (Result<RedisValue, RedisError>) -> Void) {
         guard let context else { return reply(.failure(RedisError(description: "not connected to \(url)"))) }
-        let box = Unmanaged.passRetained(ReplyBox(reply)).toOpaque()
+        if awaiting == 0 { progressAt = .now }
+        awaiting += 1
+        let box = Unmanaged.passRetained(ReplyBox { [weak self] result in
+            if let self, awaiting > 0 {
+                awaiting -= 1
+                progressAt = .now
+            }
+            reply(result)
+        }).toOpaque()
         let status = Self.withArgv(arguments) { argc, argv, lengths in
             redisAsyncCommandArgv(context, redisReplied, box, argc, argv, lengths)
         }
         if status != REDIS_OK {
             Unmanaged<ReplyBox>.fromOpaque(box).release()
+            awaiting = max(0, awaiting - 1)
             reply(.failure(RedisError(description: "Redis refused the command: \(String(cString: sb_redis_error(context)))")))
         } else {
             flushAtTurnEnd()
@@ -333,6 +361,33 @@ public final class RedisConnection: @unchecked Sendable {
         } else if kind.len == 9, memcmp(kindText, "subscribe", 9) == 0, let onSubscribed {
             onSubscribed(channelName())
         }
+    }
+
+    /// Checks, a few times per `replyTimeout`, that Redis answers (`replyTimeout`).
+    private func watch() {
+        guard let timeout = replyTimeout, !watching, !closed else { return }
+        watching = true
+        loop.schedule(after: max(timeout / 4, .milliseconds(20))) { [weak self] in
+            guard let self else { return }
+            watching = false
+            guard let timeout = replyTimeout, !closed else { return }
+            if let context {
+                let now = ContinuousClock.now
+                let silent = awaiting > 0 && now - progressAt > timeout
+                let stuck = connectingSince.map { now - $0 > timeout } ?? false
+                if silent || stuck { abandon(context) }
+            }
+            watch()
+        }
+    }
+
+    /// Gives up on a connection Redis does not answer on: closed at once, what waited failing,
+    /// and made again, as if Redis had closed it.
+    private func abandon(_ context: UnsafeMutablePointer<redisAsyncContext>) {
+        self.context = nil
+        sb_redis_set_data(context, nil)  // its disconnect is this one's, below
+        redisAsyncFree(context)
+        disconnected()
     }
 
     /// Closes the connection for good (no reconnect). `graceful`: once the commands sent have
