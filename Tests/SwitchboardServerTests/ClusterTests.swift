@@ -789,6 +789,42 @@ struct ClusterTests {
         _ = try await event(bob, "call.incoming", call: callID)
     }
 
+    /// A call that ends while its node cannot reach Redis leaves nothing there once it can: its
+    /// key and the busy marks of its participants, which the node could not remove then, are
+    /// removed when Redis answers again, so that carol, who was in it, is not busy for the
+    /// next caller (she stayed busy until the call's key expired, a day later).
+    @Test func whatACallEndedWhileRedisWasAwayLeftThereIsRemovedOnceItIsBack() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--cluster-redis-timeout-ms", "500"]) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let carol = try await cluster.connect("carol", device: "c", node: 2)
+        let callID = try await call(alice, to: ["carol"])
+        _ = try await event(carol, "call.incoming", call: callID)
+        #expect(try await act(carol, MessageType.callAnswer, callID).type == MessageType.ok)
+        _ = try await event(alice, "call.accepted", call: callID)
+        let busyKey = "sb:busy:\(cluster.app.id):carol"
+        #expect(try cluster.redis.command(["ZCARD", busyKey])?.integer == 1)
+
+        let redis = try #require(cluster.redis.pid)
+        kill(redis, SIGSTOP)
+        let ended: Result<Envelope, any Error>
+        do {
+            _ = try await cluster.node(1)?.waitFor(#/(lost Redis)/#, what: "node 1 to give up on Redis")
+            ended = .success(try await act(alice, MessageType.callEnd, callID))
+        } catch { ended = .failure(error) }
+        kill(redis, SIGCONT)  // whatever came: a Redis left stopped would not stop with the test
+        #expect(try ended.get().type == MessageType.ok)
+        try await within(.seconds(10), "Redis to forget the ended call") {
+            while try cluster.redis.command(["ZCARD", busyKey])?.integer != 0 || cluster.redis.command(["EXISTS", "sb:call:\(callID)"])?.integer != 0 {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        let bob = try await cluster.connect("bob", device: "b", node: 1)
+        let next = try await call(bob, to: ["carol"])
+        _ = try await event(carol, "call.incoming", call: next)
+    }
+
     /// A resume on another node whose `last_seq` is beyond any number (2^63 and 2^64 - 1) fails
     /// as a resume past the session's last event does, and both nodes go on.
     @Test func aResumeOnAnotherNodeWithALastSeqBeyondAnySessionsFails() async throws {

@@ -344,8 +344,45 @@ extension Cluster {
 
     /// The call ended: its key goes (when still this node's).
     func release(callID: String) {
-        commands?.runIgnoringReply(Self.deleteIfScript, keys: [Self.callKey(callID)], arguments: [nodeID])
+        cleanUp(.releaseCall(callID))
     }
+
+    /// What an ended call leaves in Redis for this node to remove: its key, a busy mark.
+    enum Cleanup {
+        case releaseCall(String)
+        case unmark(key: String, callID: String)
+    }
+
+    /// Sends a clean-up, and keeps it a while: a connection lost before it was written loses it
+    /// (and one sent while Redis is away is not sent at all), which would leave a user busy
+    /// until the call's key expires. Those kept from shortly before the loss on are sent again
+    /// once Redis is back (`cleanUpAgain`); each is harmless twice.
+    func cleanUp(_ cleanup: Cleanup) {
+        let nowMillis = wallMillis
+        let window = redisTimeout.milliseconds + 1000
+        if commands?.isConnected == true, let first = cleanups.first, first.atMillis < nowMillis - window {
+            cleanups.removeFirst(cleanups.firstIndex { $0.atMillis >= nowMillis - window } ?? cleanups.count)
+        }
+        if cleanups.count < Self.maxCleanups { cleanups.append((nowMillis, cleanup)) }
+        send(cleanup)
+    }
+
+    private func send(_ cleanup: Cleanup) {
+        switch cleanup {
+        case .releaseCall(let callID): commands?.runIgnoringReply(Self.deleteIfScript, keys: [Self.callKey(callID)], arguments: [nodeID])
+        case .unmark(let key, let callID): sendIgnoringReply(["ZREM", key, callID])
+        }
+    }
+
+    /// Redis is back: the clean-ups kept from shortly before the connection was lost on go again.
+    func cleanUpAgain(lostAtMillis: Int64) {
+        let since = lostAtMillis - redisTimeout.milliseconds - 1000
+        for (atMillis, cleanup) in cleanups where atMillis >= since { send(cleanup) }
+        cleanups.removeAll()
+    }
+
+    /// Clean-ups kept at most (while Redis is away; the oldest stay, the rest are not kept).
+    static let maxCleanups = 100_000
 
     /// Which of `callees` call `callID` rings now (until `untilMillis`, the end of its ring: a
     /// mark no renewal needs): a device of theirs that connects to any node gets its invite
@@ -392,7 +429,7 @@ extension Cluster {
         if let untilMillis {
             mark(key, callID: callID, untilMillis: untilMillis)
         } else {
-            sendIgnoringReply(["ZREM", key, callID])
+            cleanUp(.unmark(key: key, callID: callID))
         }
     }
 

@@ -32,7 +32,11 @@ package final class Cluster: @unchecked Sendable {
     private let nodeTimeout: Duration
     private let forwardTimeout: Duration
     /// How long Redis may leave a command unanswered before the connection counts as lost.
-    private let redisTimeout: Duration
+    let redisTimeout: Duration
+    /// Clean-ups of ended calls sent lately, or while Redis was away (`cleanUp`).
+    var cleanups: [(atMillis: Int64, cleanup: Cleanup)] = []
+    /// When the connection for commands was last lost.
+    private var commandsLostAtMillis: Int64?
     /// Keys one command or script writes at most when a node writes many again (its calls', its
     /// rooms'), so that none holds Redis up for long.
     static let keysPerScript = 200
@@ -199,8 +203,13 @@ package final class Cluster: @unchecked Sendable {
         commands.leavesOutIgnoredReplies = true
         commands.onStateChange = { [weak self] up in
             guard let self else { return }
-            guard up else { return lost("commands") }
+            guard up else {
+                commandsLostAtMillis = wallMillis
+                return lost("commands")
+            }
             logger.info("connected to Redis", ["redis": url.description])
+            if let lostAt = commandsLostAtMillis { cleanUpAgain(lostAtMillis: lostAt) }
+            commandsLostAtMillis = nil
             publishUnpublished()
             catchUp()
             hub?.clusterRedisConnected()
@@ -521,7 +530,7 @@ package final class Cluster: @unchecked Sendable {
         }
     }
 
-    private var wallMillis: Int64 { hub?.wallMillis ?? Int64(Date().timeIntervalSince1970 * 1000) }
+    var wallMillis: Int64 { hub?.wallMillis ?? Int64(Date().timeIntervalSince1970 * 1000) }
 
     func publish(_ message: [String: JSONValue], toNode node: String) {
         commands?.sendIgnoringReply([Self.publish, Array(Self.nodeChannel(node).utf8), JSONText.serialize(.object(message))])

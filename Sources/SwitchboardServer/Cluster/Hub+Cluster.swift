@@ -233,6 +233,9 @@ extension Hub {
     /// its calls ring is written again, since nothing renews it.
     func clusterRedisConnected() {
         guard let cluster else { return }
+        // What was sent just before the connection went may not have reached Redis (a new
+        // call's key, a busy mark): every call's are written again.
+        reclaimPending = true
         renewClusterLeases()
         writeClusterRooms()
         for call in calls.values where !call.state.ringingCallees.isEmpty {
