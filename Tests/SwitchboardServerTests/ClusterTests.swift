@@ -1431,6 +1431,29 @@ struct ClusterTests {
         }
     }
 
+    /// A call setup whose busy lookup Redis refuses (here carol's busy set is a key of another
+    /// type) goes on with what the node knows, and takes back what Redis did count for it: a
+    /// call her block list then refuses leaves no idempotency key naming it (a retry with the
+    /// key was answered "being set up" for a day) and no invite counted.
+    @Test func aCallSetupRedisAnsweredInPartCountsNothing() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        _ = try await cluster.connect("carol", device: "c", node: 2)
+        let blocked = try await HTTPClient.request(
+            "PUT", "http://127.0.0.1:\(cluster.port(2))/v1/users/me/blocked", headers: [("Authorization", "Bearer " + cluster.token("carol"))],
+            body: JSONText.serialize(.object(["identities": ["alice"]])))
+        #expect(blocked.status == 204)
+        _ = try cluster.redis.command(["SET", "sb:busy:\(cluster.app.id):carol", "not a set"])
+        for attempt in 1...2 {
+            let refused = try await alice.request(MessageType.callCreate, id: .string("k\(attempt)"), encoding: CallCreateRequest(callees: ["carol"], idempotencyKey: "k1"))
+            #expect(refused.error?.code == .forbidden, "attempt \(attempt): \(refused)")
+        }
+        #expect(try cluster.redis.command(["EXISTS", "sb:idem:\(cluster.app.id):5:alice:k1"])?.integer == 0)
+        #expect(try cluster.redis.command(["ZCARD", "sb:inv:\(cluster.app.id):alice"])?.integer == 0)
+    }
+
     /// `connects_per_identity_per_minute` counts an identity's connects across the nodes: the
     /// third connect in a minute with a limit of 2 is closed (1008) before it gets a session,
     /// though the node it reached had seen only one.

@@ -23,7 +23,15 @@ extension Cluster {
         var failed = false
         func done() {
             left -= 1
-            if left == 0 { then(failed ? nil : presence) }
+            guard left == 0 else { return }
+            // Another part unanswered: the node goes on with what it knows, as when Redis is
+            // away, and what Redis counted for this call (and its idempotency key) is taken
+            // back, so that nothing names a call the node may not start (nothing is removed
+            // where nothing was counted: the removals name this call).
+            if failed, presence.admitted == true, presence.earlierCall == nil {
+                uncountInvite(appID: appID, caller: caller, callees: identities, idempotencyKey: idempotencyKey, callID: callID)
+            }
+            then(failed ? nil : presence)
         }
         commands.send(["PUBSUB", "NUMSUB"] + identities.map { Self.userChannel(appID: appID, identity: $0) }) { result in
             if case .success(.array(let counts)) = result {
