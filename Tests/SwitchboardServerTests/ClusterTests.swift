@@ -1603,6 +1603,39 @@ struct ClusterTests {
         #expect(try await join(bob, "six").error?.code == .rateLimited)
     }
 
+    /// A member on another node who leaves one room of a node stays a member of its other
+    /// rooms there: bob's signal in "b" reaches alice after she left "a" (her node was no
+    /// longer sent anything from node 2 once she left one room), and an empty room closed by
+    /// its timeout no longer counts against `max_rooms_per_app`.
+    @Test func leavingOneRoomOfANodeKeepsTheOthersAndAnEmptyRoomStopsCounting() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--max-rooms-per-app", "3", "--empty-room-timeout-seconds", "1"]) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        func join(_ client: TestClient, _ room: String) async throws -> String {
+            let joined = try await client.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room))
+            return try #require(joined.data?["peer_id"]?.stringValue, "\(joined)")
+        }
+        for room in ["a", "b"] { _ = try await join(bob, room) }
+        var alicePeer = ""
+        for room in ["a", "b"] { alicePeer = try await join(alice, room) }
+        #expect(try await alice.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: "a")).type == MessageType.ok)
+        #expect(try await bob.request(MessageType.signal, encoding: SignalRequest(room: "b", to: alicePeer, signal: ["n": 1])).type == MessageType.ok)
+        #expect(try await event(alice, MessageType.signal).data?["signal"] == ["n": 1])
+
+        // "a" is left by bob too and closes empty a second later: a third and a fourth room
+        // may be made ("b" and "c", "d"), as many as the limit of 3 allows.
+        #expect(try await bob.request(MessageType.roomLeave, encoding: RoomLeaveRequest(room: "a")).type == MessageType.ok)
+        try await within(.seconds(10), "room a to close and stop counting") {
+            while try cluster.redis.command(["SISMEMBER", "sb:rooms:\(cluster.app.id):node-2", "a"])?.integer != 0 {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        #expect(try cluster.redis.command(["EXISTS", "sb:room:\(cluster.app.id):a"])?.integer == 0, "its key went")
+        for room in ["c", "d"] { _ = try await join(bob, room) }
+    }
+
     /// Presence stays right when a node dies: a callee whose only session was on a node
     /// killed with SIGKILL (Redis drops the node's subscriptions with its connection) is no
     /// longer seen as connected, and a call to it ends `failed` (unreachable) at once instead

@@ -98,8 +98,15 @@ extension Hub {
     func forwardedLeave(_ message: [String: JSONValue]) {
         guard let appID = message["app"]?.stringValue, let name = message["room"]?.stringValue, let peerID = message["peer"]?.stringValue else { return }
         let reason = message["reason"]?.stringValue.flatMap(PeerLeftReason.init(rawValue:)) ?? .left
-        remoteMembers.removeValue(forKey: peerID)
         if let effects = try? rooms.leave(RoomKey(appID: appID, name: name), peerID: peerID, reason: reason) { apply(effects) }
+        forgetRemoteMemberIfInNoRoom(peerID, appID: appID)
+    }
+
+    /// A member on another node left a room here: its events stop going to its node once it is
+    /// in none of this node's rooms (it may be in others here still).
+    func forgetRemoteMemberIfInNoRoom(_ peerID: String, appID: String) {
+        guard remoteMembers[peerID] != nil, !rooms.rooms(ofApp: appID).contains(where: { $0.member(peerID) != nil }) else { return }
+        remoteMembers.removeValue(forKey: peerID)
     }
 
     /// Stops routing to a room's node once no session here is in the room.
@@ -168,7 +175,7 @@ extension Hub {
 
     /// A room this node ran closed: its members elsewhere are no longer routed to, its key goes.
     func roomClosedHere(_ key: RoomKey, members: [String]) {
-        for peerID in members { remoteMembers.removeValue(forKey: peerID) }
+        for peerID in members { forgetRemoteMemberIfInNoRoom(peerID, appID: key.appID) }
         cluster?.releaseRoom(appID: key.appID, name: key.name)
     }
 

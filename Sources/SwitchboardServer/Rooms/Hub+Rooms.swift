@@ -254,6 +254,7 @@ extension Hub {
         }
         sessions.session(peerID: peerID)?.rooms.remove(name)
         apply(effects)
+        forgetRemoteMemberIfInNoRoom(peerID, appID: appID)
     }
 
     func sendData(appID: String, room name: String, request: RoomDataRequest) throws(ErrorBody) {
@@ -285,6 +286,8 @@ extension Hub {
                     if self.rooms.closeIfEmpty(key) {
                         self.metrics.increment("switchboard_rooms_closed_total", ["reason": "empty"])
                         self.logger.info("empty room closed", ["app": key.appID, "room": key.name])
+                        // In a cluster it stops counting against the app's rooms, and its key goes.
+                        if self.cluster != nil && !Self.isCallRoomName(key.name) { self.roomClosedHere(key, members: []) }
                     }
                 }
             case .disarmEmptyTimer(let key):

@@ -266,10 +266,13 @@ extension Hub {
                 apply(effects)
             }
         }
+        let elsewhere = session.rooms.map { RoomKey(appID: session.app.id, name: $0) }.filter { roomHomes[$0] != nil }
         session.rooms.removeAll()
         if let connection = sessions.remove(session) {
             output?.close(connection, code: 1000, reason: "session ended")
         }
+        // Now that the session is gone, the rooms' homes nobody here uses are forgotten.
+        for key in elsewhere { forgetHomeIfUnused(key) }
         participantSessionsChanged(appID: session.app.id, identity: session.identity)
         logger.debug("session ended", ["peer": session.peerID, "reason": reason.rawValue])
     }
