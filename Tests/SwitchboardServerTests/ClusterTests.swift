@@ -1636,6 +1636,77 @@ struct ClusterTests {
         for room in ["c", "d"] { _ = try await join(bob, room) }
     }
 
+    /// A session that ends while its join of a room on another node is under way is not left
+    /// in the room: node 1, which runs the room, is stopped while bob's join waits for it and
+    /// bob closes; node 1 carries the join out once it runs again, and node 2, finding bob
+    /// gone, takes him out (alice hears him join and leave; the room shows her alone).
+    @Test func aSessionThatEndsWhileItsJoinIsUnderWayIsNotLeftInTheRoom() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let alicePeer = try #require(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "r")).data?["peer_id"]?.stringValue)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let node1 = try #require(cluster.node(1))
+        kill(node1.pid, SIGSTOP)
+        bob.sendRaw(#"{"type":"room.join","id":"j","data":{"room":"r"}}"#)
+        try? await Task.sleep(for: .milliseconds(200))
+        bob.socket.close()  // a clean close: the session ends at once
+        try? await Task.sleep(for: .milliseconds(300))
+        kill(node1.pid, SIGCONT)
+        let joined = try await event(alice, "room.peer_joined")
+        let bobPeer = try #require(joined.data?["peer"]?["peer_id"]?.stringValue)
+        let left = try await event(alice, "room.peer_left")
+        #expect(left.data?["peer_id"]?.stringValue == bobPeer)
+        let shown = try JSONDecoder().decode(JSONValue.self, from: Data(try await cluster.rest("GET", "/v1/rooms/r", node: 1).body))
+        #expect(entries(shown["peers"]).compactMap { $0["peer_id"]?.stringValue } == [alicePeer], "\(shown)")
+    }
+
+    /// Joins of rooms on another node that wait for their answer count against
+    /// `max_rooms_per_peer`: of three sent at once with a limit of 2, one is refused (each
+    /// passed the check before, the rooms counted only once joined). A second join of a room
+    /// one is joining or in is not refused.
+    @Test func joinsUnderWayCountAgainstTheRoomsOfAPeer() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--max-rooms-per-peer", "2"]) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let carol = try await cluster.connect("carol", device: "c", node: 1)
+        for (client, room) in [(alice, "a"), (alice, "b"), (carol, "c")] {
+            #expect(try await client.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room)).type == MessageType.ok)
+        }
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        for (id, room) in [("j1", "a"), ("j2", "b"), ("j3", "a"), ("j4", "c")] {
+            bob.sendRaw(#"{"type":"room.join","id":"\#(id)","data":{"room":"\#(room)"}}"#)
+        }
+        var answers: [String: Envelope] = [:]
+        while answers.count < 4 {
+            let next = try await bob.nextEnvelope()
+            if let id = next.id?.stringValue, next.type == MessageType.ok || next.type == MessageType.error { answers[id] = next }
+        }
+        #expect(answers["j1"]?.type == MessageType.ok && answers["j2"]?.type == MessageType.ok && answers["j3"]?.type == MessageType.ok, "\(answers)")
+        #expect(answers["j4"]?.error?.code == .rateLimited, "\(answers)")
+        #expect(try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "c")).error?.code == .rateLimited)
+    }
+
+    /// A join refused after Redis made its room this node's (its creator is over
+    /// `rooms_per_identity_per_minute`) gives the room back: it does not count against
+    /// `max_rooms_per_app` (it counted while its node ran, and an identity refused again and
+    /// again could fill the app's rooms for everyone).
+    @Test func aJoinRefusedAfterItsRoomWasClaimedDoesNotCountIt() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node, ["--rooms-per-identity-per-minute", "1", "--max-rooms-per-app", "2"]) }
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        #expect(try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "x")).type == MessageType.ok)
+        let refused = try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "y"))
+        #expect(refused.error?.code == .rateLimited && refused.error?.message.contains("rooms_per_identity_per_minute") == true, "\(refused)")
+        #expect(try cluster.redis.command(["SISMEMBER", "sb:rooms:\(cluster.app.id):node-2", "y"])?.integer == 0)
+        #expect(try cluster.redis.command(["EXISTS", "sb:room:\(cluster.app.id):y"])?.integer == 0)
+        let carol = try await cluster.connect("carol", device: "c", node: 1)
+        #expect(try await carol.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "z")).type == MessageType.ok)
+    }
+
     /// Presence stays right when a node dies: a callee whose only session was on a node
     /// killed with SIGKILL (Redis drops the node's subscriptions with its connection) is no
     /// longer seen as connected, and a call to it ends `failed` (unreachable) at once instead

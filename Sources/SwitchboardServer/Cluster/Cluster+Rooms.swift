@@ -44,14 +44,21 @@ extension Cluster {
     func claimRoom(appID: String, name: String, nowMillis: Int64, then: @escaping (String?) -> Void) {
         guard let commands, commands.isConnected else { return then(nil) }
         let key = Self.roomKey(appID: appID, name: name)
-        roomsBeingClaimed[key] = (appID, name)
+        roomsBeingClaimed[key, default: (appID, name, 0)].count += 1
         commands.run(
             Self.claimScript, keys: [key, Self.leasesKey, Self.nodeRoomsKey(appID: appID, node: nodeID), Self.roomAppsKey(nodeID)],
             arguments: [nodeID, appID, String(maxRoomsPerApp), name, String(Self.roomKeyLifetime.milliseconds)]
         ) { [weak self] result in
-            self?.roomsBeingClaimed[key] = nil
+            if let self, let claims = roomsBeingClaimed[key] {
+                roomsBeingClaimed[key] = claims.count > 1 ? (appID, name, claims.count - 1) : nil
+            }
             then((try? result.get())?.text)
         }
+    }
+
+    /// Whether a claim of the room waits for Redis's answer.
+    func isBeingClaimed(appID: String, name: String) -> Bool {
+        roomsBeingClaimed[Self.roomKey(appID: appID, name: name)] != nil
     }
 
     /// What `claimRoom` answers when the app has `max_rooms_per_app` rooms already.
@@ -94,7 +101,7 @@ extension Cluster {
         // With the rooms being claimed (whose claim Redis may have run before the sets go).
         var rooms = running
         let known = Set(running.map { Self.roomKey(appID: $0.appID, name: $0.name) })
-        rooms += roomsBeingClaimed.filter { !known.contains($0.key) }.map(\.value)
+        rooms += roomsBeingClaimed.filter { !known.contains($0.key) }.map { ($0.value.appID, $0.value.name) }
         commands?.runIgnoringReply(Self.forgetRoomsScript, keys: [Self.roomAppsKey(nodeID)], arguments: [nodeID])
         for (appID, names) in Dictionary(grouping: rooms, by: \.appID) {
             for batch in names.batches(of: Self.keysPerScript) {

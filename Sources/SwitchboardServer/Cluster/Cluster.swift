@@ -42,8 +42,8 @@ package final class Cluster: @unchecked Sendable {
     static let keysPerScript = 200
     /// `max_rooms_per_app`, counted across the nodes (`sb:rooms:<app>:<node>`).
     let maxRoomsPerApp: Int
-    /// The rooms whose claim Redis has not answered yet, by key (`claimRoom`).
-    var roomsBeingClaimed: [String: (appID: String, name: String)] = [:]
+    /// The rooms whose claim Redis has not answered yet, by key, with how many (`claimRoom`).
+    var roomsBeingClaimed: [String: (appID: String, name: String, count: Int)] = [:]
     /// Commands and publishes (`Cluster+Calls`, `Cluster+Rooms` send theirs here too).
     private(set) var commands: RedisConnection?
     private var subscriber: RedisConnection?

@@ -11,11 +11,22 @@ extension Hub {
     // node orders everything a room does, so every member sees its events in one order.
 
     /// A join for a room this node does not run: where does it run (made here when nowhere)?
-    func joinElsewhere(_ key: RoomKey, _ joiner: Joiner, session: Session, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
+    /// The session counts the join among its rooms until it is answered (`Session.joining`).
+    func joinElsewhere(_ key: RoomKey, _ joiner: Joiner, session: Session, answer reply: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
         guard let cluster else { return }
         let callID = Self.isCallRoomName(key.name) ? String(key.name.dropFirst(5)) : nil
+        session.joining[key.name, default: 0] += 1
+        let answer: (Result<JSONValue, ErrorBody>) -> Void = { [weak session] result in
+            if let session, let count = session.joining[key.name] { session.joining[key.name] = count > 1 ? count - 1 : nil }
+            reply(result)
+        }
         cluster.locateRoom(appID: key.appID, name: key.name, callID: callID, nowMillis: wallMillis) { [weak self, weak session] home in
-            guard let self, let session else { return }
+            guard let self else { return }
+            guard let session, isLive(session) else {
+                // Ended meanwhile: a room claimed for it is not made.
+                if home == cluster.nodeID { releaseUnusedClaim(key) }
+                return
+            }
             switch home {
             case nil where callID != nil:
                 answer(.failure(Self.callRoomRefusal(key.name)))
@@ -33,14 +44,23 @@ extension Hub {
                     session.rooms.insert(key.name)
                     answer(.success(joinedReply(joined.reply, identity: session.identity)))
                     apply(joined.effects)
-                } catch { answer(.failure(error)) }
+                } catch {
+                    releaseUnusedClaim(key)
+                    answer(.failure(error))
+                }
             case let node?:
                 let body: [String: JSONValue] = [
                     "app": .string(key.appID), "room": .string(key.name), "peer": jsonValue(joiner.peer), "device": .string(joiner.device),
                     "call_grant": .bool(joiner.callGrant),
                 ]
                 cluster.request("join", body, toNode: node) { [weak self, weak session] result in
-                    guard let self, let session else { return }
+                    guard let self else { return }
+                    guard let session, isLive(session) else {
+                        // It ended while its join was under way: the room's node would keep a
+                        // member nobody takes out.
+                        if case .success = result { leaveElsewhere(key, home: node, peerID: joiner.peer.peerID, reason: .disconnected) }
+                        return
+                    }
                     switch result {
                     case .success(let value):
                         guard let joined = try? JSONValueDecoder().decode(RoomJoined.self, from: value) else {
@@ -49,7 +69,13 @@ extension Hub {
                         session.rooms.insert(key.name)
                         roomHomes[key] = node
                         answer(.success(joinedReply(joined, identity: session.identity)))
-                    case .failure(let error): answer(.failure(error))
+                    case .failure(let error):
+                        // Unanswered in time, the join may still have been carried out there:
+                        // it is taken back (after it, on the same connection).
+                        if error == Cluster.ownerGone && !session.rooms.contains(key.name) && session.joining[key.name] == 1 {
+                            leaveElsewhere(key, home: node, peerID: joiner.peer.peerID, reason: .disconnected)
+                        }
+                        answer(.failure(error))
                     }
                 }
             }
@@ -86,7 +112,18 @@ extension Hub {
             remoteMembers[peer.peerID] = from
             answer(.success(jsonValue(joined.reply)))
             apply(joined.effects)
-        } catch { answer(.failure(error)) }
+        } catch {
+            releaseUnusedClaim(key)
+            answer(.failure(error))
+        }
+    }
+
+    /// A join or a creation this node claimed an ordinary room for failed: the claim is given
+    /// back unless the room runs here or another claim of it waits for Redis (a room claimed
+    /// and never made would count against `max_rooms_per_app` while this node runs).
+    func releaseUnusedClaim(_ key: RoomKey) {
+        guard let cluster, rooms.room(key) == nil, !Self.isCallRoomName(key.name), !cluster.isBeingClaimed(appID: key.appID, name: key.name) else { return }
+        cluster.releaseRoom(appID: key.appID, name: key.name)
     }
 
     /// A member here leaves a room another node runs.

@@ -27,7 +27,10 @@ extension Hub {
             throw ErrorBody(.forbidden, "your token does not grant joining room '\(request.room)'")
         }
         if let metadata = request.metadata { try checkSize(metadata, what: "metadata") }
-        if !session.rooms.contains(request.room) && session.rooms.count >= configuration.limits.maxRoomsPerPeer {
+        let joining = session.joining.keys.filter { !session.rooms.contains($0) }
+        if !session.rooms.contains(request.room) && session.joining[request.room] == nil
+            && session.rooms.count + joining.count >= configuration.limits.maxRoomsPerPeer
+        {
             throw ErrorBody(.rateLimited, "a peer may be in at most \(configuration.limits.maxRoomsPerPeer) rooms")
         }
         var peer = session.description
@@ -198,7 +201,7 @@ extension Hub {
             case Cluster.appFull?: answer(.failure(RoomError.tooManyRooms(limit: cluster.maxRoomsPerApp).body))
             case cluster.nodeID?:
                 let created = createHere()
-                if case .failure = created { cluster.releaseRoom(appID: app.id, name: name) }
+                if case .failure = created { self.releaseUnusedClaim(RoomKey(appID: app.id, name: name)) }
                 answer(created)
             case _?: answer(.failure(ErrorBody(.conflict, "room '\(name)' exists")))
             }

@@ -135,6 +135,8 @@ final class Hub: @unchecked Sendable {
 
     /// The session with this peer id, attached or in its grace period.
     func session(peerID: String) -> Session? { sessions.session(peerID: peerID) }
+    /// Whether the session has not ended (an answer from elsewhere may come after it did).
+    func isLive(_ session: Session) -> Bool { sessions.session(peerID: session.peerID) === session }
 
     /// Hands the hub its output and its scheduler (its thread's time and timers).
     func attach(output: any SessionOutput, scheduler: any LoopScheduler) {

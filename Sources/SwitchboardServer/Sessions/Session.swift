@@ -19,6 +19,9 @@ final class Session {
     var log: EventLog
     /// Names of the rooms it is in.
     var rooms: Set<String> = []
+    /// Rooms whose join waits for the node running them (a cluster), with how many joins: they
+    /// count against `max_rooms_per_peer` with `rooms`.
+    var joining: [String: Int] = [:]
     var graceTimer: TimerID?
     /// The timer of the token's expiry: first the warning (`session.expiring`), then the close.
     var tokenTimer: TimerID?
