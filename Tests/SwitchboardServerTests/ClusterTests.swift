@@ -1707,6 +1707,37 @@ struct ClusterTests {
         #expect(try await carol.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "z")).type == MessageType.ok)
     }
 
+    /// A node started again under its id (killed, and its key gone before the next check of
+    /// its peers: a supervisor restarts it at once) has lost its sessions and its rooms: the
+    /// other node sees another process behind the id, and bob, whose session was there, leaves
+    /// alice's room on node 1 (`disconnected`), while carol on node 1 hears the room that ran
+    /// on node 2 closed (`node_lost`). Checked by the node's key alone, the new process looked
+    /// like the old one and bob stayed in the room for good.
+    @Test func aNodeStartedAgainUnderItsIdHasLostItsMembersAndRooms() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        // Nodes check each other every third of the lease: 10 s here, time enough for node 2 to
+        // be started again between two checks.
+        for node in 1...2 { try await cluster.start(node, ["--call-lease-seconds", "30"]) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        #expect(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "on-1")).type == MessageType.ok)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let bobPeer = try #require(try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "on-1")).data?["peer_id"]?.stringValue)
+        #expect(try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "on-2")).type == MessageType.ok)
+        let carol = try await cluster.connect("carol", device: "c", node: 1)
+        #expect(try await carol.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "on-2")).type == MessageType.ok)
+        #expect(try cluster.redis.command(["GET", "sb:room:\(cluster.app.id):on-2"])?.text == "node-2")
+        _ = try await event(alice, "room.peer_joined")
+
+        cluster.node(2)?.kill9()
+        _ = try cluster.redis.command(["DEL", "sb:node:node-2"])
+        try await cluster.start(2, ["--call-lease-seconds", "30"])
+        let left = try await event(alice, "room.peer_left", timeout: .seconds(15))
+        #expect(left.data?["peer_id"]?.stringValue == bobPeer && left.data?["reason"] == "disconnected", "\(left)")
+        let closed = try await event(carol, "room.closed", timeout: .seconds(15))
+        #expect(closed.data?["room"] == "on-2" && closed.data?["reason"] == "node_lost", "\(closed)")
+    }
+
     /// Presence stays right when a node dies: a callee whose only session was on a node
     /// killed with SIGKILL (Redis drops the node's subscriptions with its connection) is no
     /// longer seen as connected, and a call to it ends `failed` (unreachable) at once instead

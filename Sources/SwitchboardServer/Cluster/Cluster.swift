@@ -260,9 +260,9 @@ package final class Cluster: @unchecked Sendable {
             let members = Set(((try? result.get())?.array ?? []).compactMap(\.text))
             alive(members) { [weak self] living in
                 guard let self, let living else { return then([]) }
-                let dead = members.subtracting(living)
+                let dead = members.subtracting(living.keys)
                 if !dead.isEmpty { commands.send(["SREM", Self.nodesKey] + dead.sorted()) { _ in } }
-                then(living.subtracting([nodeID]).sorted())
+                then(living.keys.filter { $0 != nodeID }.sorted())
             }
         }
     }
@@ -532,7 +532,11 @@ package final class Cluster: @unchecked Sendable {
 
     var wallMillis: Int64 { hub?.wallMillis ?? Int64(Date().timeIntervalSince1970 * 1000) }
 
+    /// Sends `message` to node `node`, saying which node and process it comes from.
     func publish(_ message: [String: JSONValue], toNode node: String) {
+        var message = message
+        message["from"] = .string(nodeID)
+        message["inst"] = .string(instance)
         commands?.sendIgnoringReply([Self.publish, Array(Self.nodeChannel(node).utf8), JSONText.serialize(.object(message))])
     }
 
@@ -554,6 +558,7 @@ package final class Cluster: @unchecked Sendable {
         message["k"] = "req"
         message["op"] = .string(op)
         message["from"] = .string(nodeID)
+        message["inst"] = .string(instance)
         message["req"] = .int(Int64(number))
         // Not carried out past the time this node gives up on it (a session handed over to a
         // node that no longer waits for it would belong to nobody).
@@ -589,6 +594,7 @@ package final class Cluster: @unchecked Sendable {
         message["k"] = "tell"
         message["op"] = .string(op)
         message["from"] = .string(nodeID)
+        message["inst"] = .string(instance)
         commands?.send([Array("PUBLISH".utf8), Array(Self.allChannel.utf8), JSONText.serialize(.object(message))]) { _ in }
     }
 
@@ -642,17 +648,19 @@ package final class Cluster: @unchecked Sendable {
     private static let signalPrefix = Array(#"{"k":"tell","op":"sig","#.utf8)
     private static let signalMember = Array(#","signal":"#.utf8)
 
-    /// Which of `nodes` are alive (their key is there); nil when Redis did not answer.
-    func alive(_ nodes: Set<String>, then: @escaping (Set<String>?) -> Void) {
-        guard let commands, commands.isConnected, !nodes.isEmpty else { return then(commands?.isConnected == true ? [] : nil) }
+    /// Which of `nodes` are alive (their key is there), with the process each runs now (the
+    /// key's value); nil when Redis did not answer.
+    func alive(_ nodes: Set<String>, then: @escaping ([String: String]?) -> Void) {
+        guard let commands, commands.isConnected, !nodes.isEmpty else { return then(commands?.isConnected == true ? [:] : nil) }
         let ordered = nodes.sorted()
-        var living: Set<String> = []
+        var living: [String: String] = [:]
         var left = ordered.count
         var failed = false
         for node in ordered {
-            commands.send(["EXISTS", Self.nodeKey(node)]) { result in
+            commands.send(["GET", Self.nodeKey(node)]) { result in
                 switch result {
-                case .success(.integer(let count)): if count > 0 { living.insert(node) }
+                case .success(.string(let bytes)): living[node] = String(decoding: bytes, as: UTF8.self)
+                case .success(.null): break
                 default: failed = true
                 }
                 left -= 1
@@ -691,6 +699,11 @@ package final class Cluster: @unchecked Sendable {
             return hub.forwardedSignal(appID: fields.appID, room: fields.room, from: fields.peer, to: fields.to, signal: signal)
         }
         guard case .object(let message)? = JSONText.parse(payload) else { return }
+        // A node heard from under another process than before was started again: what this
+        // node knew of the process before goes first.
+        if let from = message["from"]?.stringValue, let process = message["inst"]?.stringValue, from != nodeID {
+            hub.nodeProcessSeen(from, process)
+        }
         switch message["k"]?.stringValue {
         case "event":
             if let eventID = message["eid"]?.stringValue {

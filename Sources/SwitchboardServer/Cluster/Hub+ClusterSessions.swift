@@ -56,7 +56,7 @@ extension Hub {
             }
         }
         cluster.alive([node]) { living in
-            guard living?.contains(node) == true else { return finish(.failure(ErrorBody(.notFound, "the node holding the session is gone"))) }
+            guard living?[node] != nil else { return finish(.failure(ErrorBody(.notFound, "the node holding the session is gone"))) }
             cluster.request(
                 "take",
                 ["token": .string(resume.token), "last_seq": .int(Int64(resume.lastSequence)), "app": .string(app.id), "identity": .string(claims.sub),

@@ -224,24 +224,47 @@ extension Hub {
     func keepClusterRooms() {
         guard let cluster else { return }
         if roomKeysWritten.map({ now - $0 >= Cluster.roomKeyRewrite }) ?? true { writeClusterRooms() }
-        let nodes = Set(remoteMembers.values).union(roomHomes.values)
+        let nodes = Set(remoteMembers.values).union(roomHomes.values).union(nodeProcesses.keys)
         guard !nodes.isEmpty else { return }
         cluster.alive(nodes) { [weak self] living in
             guard let self, let living else { return }
-            for (peerID, node) in remoteMembers where !living.contains(node) {
-                remoteMembers.removeValue(forKey: peerID)
-                for room in rooms.rooms.values where room.member(peerID) != nil {
-                    if let effects = try? rooms.leave(room.key, peerID: peerID, reason: .disconnected) { apply(effects) }
-                }
-            }
-            for (key, node) in roomHomes where !living.contains(node) {
-                roomHomes.removeValue(forKey: key)
-                for session in sessions.all where session.app.id == key.appID && session.rooms.contains(key.name) {
-                    session.rooms.remove(key.name)
-                    localDelivery.deliver(OutgoingEvent(.closed(room: key.name, reason: .nodeLost)), toPeer: session.peerID)
-                }
+            // A node is gone when its key is, or names another process than the one this
+            // node heard from (it was started again: its sessions and rooms are not there).
+            let gone = nodes.filter { node in living[node].map { process in nodeProcesses[node].map { $0 != process } ?? false } ?? true }
+            roomsLost(on: gone)
+            for (node, process) in living where nodeProcesses[node] == nil { nodeProcesses[node] = process }
+        }
+    }
+
+    /// A message from `node` came from process `process`: one other than before means the node
+    /// was started again, and its members and rooms are gone.
+    func nodeProcessSeen(_ node: String, _ process: String) {
+        if let known = nodeProcesses[node], known != process {
+            logger.info("a node was started again", ["node": node])
+            roomsLost(on: [node])
+        }
+        nodeProcesses[node] = process
+    }
+
+    /// The members of this node's rooms whose sessions were on `nodes` leave them
+    /// (`disconnected`); the rooms that ran there are closed for the sessions here in them
+    /// (`room.closed`, reason `node_lost`).
+    func roomsLost(on nodes: Set<String>) {
+        guard !nodes.isEmpty else { return }
+        for (peerID, node) in remoteMembers where nodes.contains(node) {
+            remoteMembers.removeValue(forKey: peerID)
+            for room in rooms.rooms.values where room.member(peerID) != nil {
+                if let effects = try? rooms.leave(room.key, peerID: peerID, reason: .disconnected) { apply(effects) }
             }
         }
+        for (key, node) in roomHomes where nodes.contains(node) {
+            roomHomes.removeValue(forKey: key)
+            for session in sessions.all where session.app.id == key.appID && session.rooms.contains(key.name) {
+                session.rooms.remove(key.name)
+                localDelivery.deliver(OutgoingEvent(.closed(room: key.name, reason: .nodeLost)), toPeer: session.peerID)
+            }
+        }
+        for node in nodes { nodeProcesses.removeValue(forKey: node) }
     }
 
     // MARK: Rooms by REST

@@ -91,6 +91,9 @@ final class Hub: @unchecked Sendable {
     var roomHomes: [RoomKey: String] = [:]
     /// In a cluster: the node of each member of this node's rooms whose session is on another.
     var remoteMembers: [String: String] = [:]
+    /// The process each other node ran when this node last heard from it (`Cluster.instance`):
+    /// a node started again under its id has lost the members and rooms it had.
+    var nodeProcesses: [String: String] = [:]
     /// When this node last wrote what Redis knows of the ordinary rooms it runs (`Cluster.roomKeyRewrite`).
     var roomKeysWritten: ContinuousClock.Instant?
     /// In a cluster: connections waiting for their session (the cluster's connect count, or
