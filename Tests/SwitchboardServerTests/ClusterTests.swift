@@ -1738,6 +1738,93 @@ struct ClusterTests {
         #expect(closed.data?["room"] == "on-2" && closed.data?["reason"] == "node_lost", "\(closed)")
     }
 
+    /// A node stalled past its lease and its key (SIGSTOP) finds, once it runs again, what
+    /// the others did meanwhile with its rooms: bob, on node 2, heard both rooms of node 1
+    /// closed (`node_lost`) and joined "taken" again, now made on node 2. Node 1 closes its
+    /// own "taken" for alice (she joins again and is in bob's room: one room, not two), and in
+    /// "kept", where node 1 still counted bob, the first event for him makes node 2 answer that
+    /// he left (alice hears `room.peer_left`).
+    @Test func aNodeStalledPastItsLeaseLetsGoOfRoomsTheOthersRemade() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        var bobPeer = ""
+        for room in ["kept", "taken"] {
+            #expect(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room)).type == MessageType.ok)
+            bobPeer = try #require(try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room)).data?["peer_id"]?.stringValue)
+        }
+        let node1 = try #require(cluster.node(1))
+        kill(node1.pid, SIGSTOP)
+        do {
+            var closed: Set<String> = []
+            while closed.count < 2 {
+                let event = try await event(bob, "room.closed", timeout: .seconds(15))
+                #expect(event.data?["reason"] == "node_lost", "\(event)")
+                if let room = event.data?["room"]?.stringValue { closed.insert(room) }
+            }
+            #expect(try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "taken")).type == MessageType.ok)
+            #expect(try cluster.redis.command(["GET", "sb:room:\(cluster.app.id):taken"])?.text == "node-2")
+        } catch {
+            kill(node1.pid, SIGCONT)
+            throw error
+        }
+        kill(node1.pid, SIGCONT)
+        while true {
+            let closed = try await event(alice, "room.closed", timeout: .seconds(15))
+            if closed.data?["room"] == "taken" {
+                #expect(closed.data?["reason"] == "node_lost", "\(closed)")
+                break
+            }
+        }
+        let alicePeer = try #require(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "taken")).data?["peer_id"]?.stringValue)
+        let joined = try await event(bob, "room.peer_joined")
+        #expect(joined.data?["room"] == "taken" && joined.data?["peer"]?["peer_id"]?.stringValue == alicePeer, "\(joined)")
+
+        #expect(try await alice.request(MessageType.data, data: ["room": "kept", "data": ["text": "anyone?"]]).type == MessageType.ok)
+        let left = try await event(alice, "room.peer_left")
+        #expect(left.data?["room"] == "kept" && left.data?["peer_id"]?.stringValue == bobPeer && left.data?["reason"] == "disconnected", "\(left)")
+    }
+
+    /// A call's room goes with its call: node 1, stalled past its lease while it ran alice's
+    /// answered call with bob, has it taken over by node 2 and lets it go; the call's room it
+    /// ran closes for alice (`node_lost`), who joins it again where the call now runs, with
+    /// bob (it ran on, a second room of the call beside node 2's).
+    @Test func aCallsRoomClosesOnTheNodeThatLetTheCallGo() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        let callID = try await call(alice, to: ["bob"], timeout: 60)
+        _ = try await event(bob, "call.incoming", call: callID)
+        #expect(try await act(bob, MessageType.callAnswer, callID).type == MessageType.ok)
+        let room = "call-\(callID)"
+        #expect(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room)).type == MessageType.ok, "the call runs on node 1")
+        let node1 = try #require(cluster.node(1))
+        kill(node1.pid, SIGSTOP)
+        do {
+            try await within(.seconds(20), "node 2 to take the call over") {
+                while try cluster.redis.command(["GET", "sb:call:\(callID)"])?.text != "node-2" { try await Task.sleep(for: .milliseconds(100)) }
+            }
+        } catch {
+            kill(node1.pid, SIGCONT)
+            throw error
+        }
+        kill(node1.pid, SIGCONT)
+        while true {
+            let closed = try await event(alice, "room.closed", timeout: .seconds(15))
+            if closed.data?["room"]?.stringValue == room {
+                #expect(closed.data?["reason"] == "node_lost", "\(closed)")
+                break
+            }
+        }
+        #expect(try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room)).type == MessageType.ok)
+        let joined = try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room))
+        #expect(joined.type == MessageType.ok && entries(joined.data?["peers"]).count == 1, "\(joined)")
+    }
+
     /// Presence stays right when a node dies: a callee whose only session was on a node
     /// killed with SIGKILL (Redis drops the node's subscriptions with its connection) is no
     /// longer seen as connected, and a call to it ends `failed` (unreachable) at once instead

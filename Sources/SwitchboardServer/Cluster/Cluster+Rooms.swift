@@ -112,6 +112,25 @@ extension Cluster {
         holdRooms(rooms)
     }
 
+    /// Which of `rooms` another node holds the key of, `keysPerScript` to a command (those
+    /// Redis did not answer for are left out).
+    func roomsHeldElsewhere(_ rooms: [(appID: String, name: String)], then: @escaping ([(appID: String, name: String)]) -> Void) {
+        guard let commands else { return then([]) }
+        let batches = rooms.batches(of: Self.keysPerScript)
+        var taken: [(appID: String, name: String)] = []
+        var left = batches.count
+        for batch in batches {
+            commands.send(["MGET"] + batch.map { Self.roomKey(appID: $0.appID, name: $0.name) }) { [weak self] result in
+                guard let self else { return }
+                if case .success(.array(let values)) = result {
+                    for (room, value) in zip(batch, values) where value.text.map({ $0 != nodeID }) ?? false { taken.append(room) }
+                }
+                left -= 1
+                if left == 0 { then(taken) }
+            }
+        }
+    }
+
     /// KEYS: this node's apps (`roomAppsKey`); ARGV: this node. Its sets of room names go.
     static let forgetRoomsScript = RedisScript("""
         for _, app in ipairs(redis.call('smembers', KEYS[1])) do redis.call('del', 'sb:rooms:' .. app .. ':' .. ARGV[1]) end

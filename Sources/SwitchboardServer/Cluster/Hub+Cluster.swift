@@ -141,7 +141,8 @@ extension Hub {
     }
 
     /// Another node holds a call this one ran (it took it over while this one could not renew
-    /// its lease): this node lets it go without a word, so nothing is said twice.
+    /// its lease): this node lets it go without a word, so nothing is said twice. Its room, if
+    /// it ran here, closes for its members (`node_lost`): they join again, where the call runs.
     func disown(_ call: ActiveCall) {
         let state = call.state
         guard calls[state.id] === call else { return }
@@ -155,7 +156,11 @@ extension Hub {
                 answeredCallsByUser.removeValue(forKey: key)
             }
         }
-        if case .room(let name) = call.media { callRooms.removeValue(forKey: RoomKey(appID: state.appID, name: name)) }
+        if case .room(let name) = call.media {
+            let key = RoomKey(appID: state.appID, name: name)
+            callRooms.removeValue(forKey: key)
+            if rooms.room(key) != nil { try? closeRoom(key, reason: .nodeLost) }
+        }
         logger.info("this node no longer runs the call", ["call": state.id])
     }
 
@@ -170,7 +175,7 @@ extension Hub {
             guard let self else { return }
             if lapsed {
                 reclaimPending = true
-                writeClusterRooms()
+                writeClusterRooms(closingThoseTakenElsewhere: true)
             }
             guard reclaimPending else { return callLeaseRenewed(redis: sentAt) }
             // The store first: a call another node took over and ended has no key in Redis,
@@ -237,7 +242,7 @@ extension Hub {
         // call's key, a busy mark): every call's are written again.
         reclaimPending = true
         renewClusterLeases()
-        writeClusterRooms()
+        writeClusterRooms(closingThoseTakenElsewhere: true)
         for call in calls.values where !call.state.ringingCallees.isEmpty {
             let state = call.state
             cluster.markRinging(

@@ -193,21 +193,46 @@ extension Hub {
         } catch { answer(.failure(error)) }
     }
 
-    /// An event for a session here, from the node running one of its rooms.
+    /// An event for a session here, from the node running one of its rooms. One about a room
+    /// the session is not in (nor joining) is not delivered, and its node is told the session
+    /// left: that node kept it as a member while this one had dropped it (the node stalled
+    /// past its lease and its rooms were closed here meanwhile).
     func eventForPeer(_ message: [String: JSONValue]) {
         guard let peerID = message["peer"]?.stringValue, let type = message["type"]?.stringValue else { return }
-        if type == "room.closed", let name = message["data"]?["room"]?.stringValue, let session = session(peerID: peerID) {
-            session.rooms.remove(name)
-            forgetHomeIfUnused(RoomKey(appID: session.app.id, name: name))
+        if let name = message["data"]?["room"]?.stringValue, let session = session(peerID: peerID) {
+            if type == "room.closed" {
+                session.rooms.remove(name)
+                forgetHomeIfUnused(RoomKey(appID: session.app.id, name: name))
+            } else if !session.rooms.contains(name) && session.joining[name] == nil {
+                if let from = message["from"]?.stringValue {
+                    cluster?.tell("leave", ["app": .string(session.app.id), "room": .string(name), "peer": .string(peerID), "reason": "disconnected"], toNode: from)
+                }
+                return
+            }
         }
         localDelivery.deliver(OutgoingEvent(type: type, data: .value(message["data"] ?? .null)), toPeer: peerID)
     }
 
     /// Writes again what Redis knows of the ordinary rooms this node runs: the names it counts
     /// for their apps, and their keys (those another node took meanwhile stay its).
-    func writeClusterRooms() {
+    /// `closingThoseTakenElsewhere`: after this node could not reach Redis, or its lease ran out
+    /// (another node may have made a room of the same name meanwhile), a room whose key
+    /// another node holds closes here (`node_lost`): its members join the one that runs.
+    func writeClusterRooms(closingThoseTakenElsewhere: Bool = false) {
+        guard let cluster else { return }
         roomKeysWritten = now
-        cluster?.writeRooms(rooms.rooms.values.filter { $0.call == nil }.map { ($0.key.appID, $0.key.name) })
+        let running = rooms.rooms.values.filter { $0.call == nil }.map { ($0.key.appID, $0.key.name) }
+        cluster.writeRooms(running)
+        guard closingThoseTakenElsewhere, !running.isEmpty else { return }
+        cluster.roomsHeldElsewhere(running) { [weak self] taken in
+            guard let self else { return }
+            for (appID, name) in taken {
+                let key = RoomKey(appID: appID, name: name)
+                guard rooms.room(key) != nil else { continue }
+                logger.warning("another node runs a room this one ran while it was cut off: closed here", ["room": name])
+                try? closeRoom(key, reason: .nodeLost)
+            }
+        }
     }
 
     /// A room this node ran closed: its members elsewhere are no longer routed to, its key goes.
