@@ -85,10 +85,10 @@ final class TestCluster: Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    func token(_ identity: String) -> String {
+    func token(_ identity: String, admin: Bool = false) -> String {
         let claims = AccessTokenIssuer.claims(
             apiKey: app.apiKey, identity: identity, name: identity.capitalized, handle: identity + "@example.com",
-            grants: Grants(room: "*", roomJoin: true, call: true), ttlSeconds: 3600, now: Date())
+            grants: Grants(room: "*", roomJoin: true, call: true, admin: admin ? true : nil), ttlSeconds: 3600, now: Date())
         return AccessTokenVerifier.sign(claims, secret: app.apiSecret)
     }
 
@@ -114,13 +114,13 @@ final class TestCluster: Sendable {
 
     /// A session of `identity` as `device` on node `number`. A node that has not seen the app
     /// yet looks its key up first (and asks the client to come back in a second meanwhile).
-    func connect(_ identity: String, device: String, node number: Int) async throws -> TestClient {
-        try await connect(identity, device: device, port: port(number))
+    func connect(_ identity: String, device: String, node number: Int, admin: Bool = false) async throws -> TestClient {
+        try await connect(identity, device: device, port: port(number), admin: admin)
     }
 
     /// A session through whatever listens on `port` (a node, or the load balancer).
-    func connect(_ identity: String, device: String, port: Int) async throws -> TestClient {
-        let url = "ws://127.0.0.1:\(port)/v1/ws?access_token=\(token(identity))&device_id=\(device)"
+    func connect(_ identity: String, device: String, port: Int, admin: Bool = false) async throws -> TestClient {
+        let url = "ws://127.0.0.1:\(port)/v1/ws?access_token=\(token(identity, admin: admin))&device_id=\(device)"
         let client = try await within(.seconds(10), "a session through port \(port)") {
             while true {
                 if let client = try? await TestClient.connect(url) { return client }
@@ -1823,6 +1823,31 @@ struct ClusterTests {
         #expect(try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room)).type == MessageType.ok)
         let joined = try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: room))
         #expect(joined.type == MessageType.ok && entries(joined.data?["peers"]).count == 1, "\(joined)")
+    }
+
+    /// Metadata and data in a room another node runs are answered as on one node: an admin
+    /// who is not a member sets the room's metadata through another node (it was `not_found`
+    /// there: that node did not know where the room ran), and data to a peer not in the room
+    /// is refused with `not_found` (it was `ok`, and dropped by the room's node).
+    @Test func metadataAndDataInARoomElsewhereAreAnsweredAsOnOneNode() async throws {
+        let cluster = try TestCluster()
+        defer { cluster.stop() }
+        for node in 1...2 { try await cluster.start(node) }
+        let alice = try await cluster.connect("alice", device: "a", node: 1)
+        let alicePeer = try #require(try await alice.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "r")).data?["peer_id"]?.stringValue)
+        let admin = try await cluster.connect("operator", device: "o", node: 2, admin: true)
+        let set = try await admin.request(MessageType.roomSetMetadata, encoding: RoomMetadataRequest(room: "r", metadata: ["topic": "launch"]))
+        #expect(set.type == MessageType.ok, "\(set)")
+        #expect(try await event(alice, "room.metadata").data?["metadata"] == ["topic": "launch"])
+        let none = try await admin.request(MessageType.roomSetMetadata, encoding: RoomMetadataRequest(room: "nowhere", metadata: ["x": 1]))
+        #expect(none.error?.code == .notFound, "\(none)")
+
+        let bob = try await cluster.connect("bob", device: "b", node: 2)
+        #expect(try await bob.request(MessageType.roomJoin, encoding: RoomJoinRequest(room: "r")).type == MessageType.ok)
+        let astray = try await bob.request(MessageType.data, data: ["room": "r", "to": "no-such-peer", "data": ["n": 1]])
+        #expect(astray.error?.code == .notFound, "\(astray)")
+        #expect(try await bob.request(MessageType.data, data: ["room": "r", "to": .string(alicePeer), "data": ["n": 2]]).type == MessageType.ok)
+        #expect(try await event(alice, "room.data").data?["data"] == ["n": 2])
     }
 
     /// Presence stays right when a node dies: a callee whose only session was on a node

@@ -12,6 +12,7 @@ extension Hub {
         case "act": forwardedAction(message, answer: answer)
         case "join": forwardedJoin(message, answer: answer)
         case "meta": forwardedMetadata(message, answer: answer)
+        case "data": forwardedData(message, answer: answer)
         case "take": handOverSession(message, answer: answer)
         case "radmin": forwardedRoomAdministration(message, answer: answer)
         case "rlist": answer(.success(jsonValue(listRooms(appID: message["app"]?.stringValue ?? ""))))

@@ -164,17 +164,25 @@ extension Hub {
         deliverSignal(room: room, from: from, to: recipient, signal: signal)
     }
 
-    func passOnData(_ key: RoomKey, home: String, from: String, to: String?, data: JSONValue) {
+    func passOnData(
+        _ key: RoomKey, home: String, from: String, to: String?, data: JSONValue, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void
+    ) {
         var body: [String: JSONValue] = ["app": .string(key.appID), "room": .string(key.name), "peer": .string(from), "data": data]
         if let to { body["to"] = .string(to) }
-        cluster?.tell("data", body, toNode: home)
+        cluster?.request("data", body, toNode: home, answer: answer)
     }
 
-    func forwardedData(_ message: [String: JSONValue]) {
+    /// Data from a member on another node (a request; a node before 2026-12-07 told it
+    /// without waiting for an answer, `answer` nil).
+    func forwardedData(_ message: [String: JSONValue], answer: ((Result<JSONValue, ErrorBody>) -> Void)? = nil) {
         guard let appID = message["app"]?.stringValue, let room = message["room"]?.stringValue, let from = message["peer"]?.stringValue,
             let data = message["data"]
-        else { return }
-        if let effects = try? rooms.data(RoomKey(appID: appID, name: room), from: from, to: message["to"]?.stringValue, data: data) { apply(effects) }
+        else { return answer?(.failure(ErrorBody(.badRequest, "a malformed request from another node"))) ?? () }
+        do throws(RoomError) {
+            let effects = try rooms.data(RoomKey(appID: appID, name: room), from: from, to: message["to"]?.stringValue, data: data)
+            answer?(.success(.null))
+            apply(effects)
+        } catch { answer?(.failure(error.body)) }
     }
 
     func setMetadataElsewhere(_ key: RoomKey, home: String, metadata: JSONValue?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {

@@ -99,8 +99,9 @@ extension Hub {
         return try Outcome(roomEffects: rooms.signal(key, from: session.peerID, to: to, signal: signal))
     }
 
-    /// `data`: to one member of the room, or to all.
-    func data(_ object: [String: JSONValue], from session: Session) throws(ErrorBody) -> Outcome {
+    /// `data`: to one member of the room, or to all. In a room another node runs, answered
+    /// once that node took it (a recipient not in the room is refused there, as here).
+    func data(_ object: [String: JSONValue], from session: Session, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) throws(ErrorBody) -> Outcome {
         guard case .object(let fields)? = object["data"], let room = fields["room"]?.stringValue, let payload = fields["data"] else {
             throw ErrorBody(.badRequest, "invalid data: data needs room and data")
         }
@@ -108,8 +109,8 @@ extension Hub {
         try checkSize(payload, what: "data")
         let key = RoomKey(appID: session.app.id, name: room)
         if rooms.room(key) == nil, let home = roomHomes[key], session.rooms.contains(room) {
-            passOnData(key, home: home, from: session.peerID, to: fields["to"]?.stringValue, data: payload)
-            return Outcome()
+            passOnData(key, home: home, from: session.peerID, to: fields["to"]?.stringValue, data: payload, answer: answer)
+            return .later
         }
         return try Outcome(roomEffects: rooms.data(key, from: session.peerID, to: fields["to"]?.stringValue, data: payload))
     }
@@ -124,8 +125,25 @@ extension Hub {
         guard !Self.isCallRoomName(request.room) else { throw Self.callRoomRefusal(request.room) }
         try checkSize(request.metadata, what: "metadata")
         let key = RoomKey(appID: session.app.id, name: request.room)
-        if rooms.room(key) == nil, let home = roomHomes[key] {
-            setMetadataElsewhere(key, home: home, metadata: request.metadata, answer: answer)
+        if let cluster, rooms.room(key) == nil {
+            // Where the room runs: known when a session here is in it, else asked of Redis
+            // (an admin need not be a member).
+            if let home = roomHomes[key] {
+                setMetadataElsewhere(key, home: home, metadata: request.metadata, answer: answer)
+                return .later
+            }
+            cluster.locateRoom(appID: key.appID, name: key.name, callID: nil, claim: false, nowMillis: wallMillis) { [weak self] home in
+                guard let self else { return }
+                if let home, home != cluster.nodeID {
+                    setMetadataElsewhere(key, home: home, metadata: request.metadata, answer: answer)
+                } else {
+                    do throws(ErrorBody) {
+                        let effects = try Outcome(roomEffects: rooms.setMetadata(key, request.metadata)).effects
+                        answer(.success(.null))
+                        apply(effects)
+                    } catch { answer(.failure(error)) }
+                }
+            }
             return .later
         }
         return try Outcome(roomEffects: rooms.setMetadata(key, request.metadata))

@@ -270,7 +270,7 @@ final class Hub: @unchecked Sendable {
         case MessageType.roomJoin: return try join(decodeData(object), session: session, answer: answer)
         case MessageType.roomLeave: return try leave(decodeData(object), session: session)
         case MessageType.signal: return try signal(object, from: session)
-        case MessageType.data: return try data(object, from: session)
+        case MessageType.data: return try data(object, from: session, answer: answer)
         case MessageType.roomSetMetadata: return try setMetadata(decodeData(object), session: session, answer: answer)
         case MessageType.callCreate:
             createCall(try decodeData(object), caller: session.claims, app: session.app, device: session.deviceKey, seat: session.peerID, answer: answer)
