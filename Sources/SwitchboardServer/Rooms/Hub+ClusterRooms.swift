@@ -58,7 +58,10 @@ extension Hub {
                     guard let session, isLive(session) else {
                         // It ended while its join was under way: the room's node would keep a
                         // member nobody takes out.
-                        if case .success = result { leaveElsewhere(key, home: node, peerID: joiner.peer.peerID, reason: .disconnected) }
+                        switch result {
+                        case .success, .failure(Cluster.ownerGone): leaveElsewhere(key, home: node, peerID: joiner.peer.peerID, reason: .disconnected)
+                        case .failure: break
+                        }
                         return
                     }
                     switch result {
@@ -75,7 +78,7 @@ extension Hub {
                         if error == Cluster.ownerGone && !session.rooms.contains(key.name) && session.joining[key.name] == 1 {
                             leaveElsewhere(key, home: node, peerID: joiner.peer.peerID, reason: .disconnected)
                         }
-                        answer(.failure(error))
+                        answer(.failure(error == Cluster.ownerGone ? Self.roomNodeGone : error))
                     }
                 }
             }
@@ -96,6 +99,12 @@ extension Hub {
                 guard let self else { return }
                 switch home {
                 case cluster.nodeID?:
+                    // Past the time its sender gives up, it would join a member nobody answers
+                    // for (and overtake the leave that sender sends then).
+                    if let until = message["until"]?.intValue, wallMillis > until {
+                        releaseUnusedClaim(key)
+                        return answer(.failure(Cluster.ownerGone))
+                    }
                     var claimed = message
                     claimed["claimed"] = true
                     forwardedJoin(claimed, answer: answer)
@@ -142,7 +151,7 @@ extension Hub {
     /// A member on another node left a room here: its events stop going to its node once it is
     /// in none of this node's rooms (it may be in others here still).
     func forgetRemoteMemberIfInNoRoom(_ peerID: String, appID: String) {
-        guard remoteMembers[peerID] != nil, !rooms.rooms(ofApp: appID).contains(where: { $0.member(peerID) != nil }) else { return }
+        guard remoteMembers[peerID] != nil, !rooms.rooms.values.contains(where: { $0.key.appID == appID && $0.member(peerID) != nil }) else { return }
         remoteMembers.removeValue(forKey: peerID)
     }
 
@@ -169,7 +178,16 @@ extension Hub {
     ) {
         var body: [String: JSONValue] = ["app": .string(key.appID), "room": .string(key.name), "peer": .string(from), "data": data]
         if let to { body["to"] = .string(to) }
-        cluster?.request("data", body, toNode: home, answer: answer)
+        cluster?.request("data", body, toNode: home, answer: Self.aboutARoom(answer))
+    }
+
+    static let roomNodeGone = ErrorBody(.unavailable, "the node running the room did not answer; retry in a few seconds")
+
+    /// `answer`, saying "the room" where the node that did not answer was asked about one.
+    static func aboutARoom(_ answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) -> (Result<JSONValue, ErrorBody>) -> Void {
+        { result in
+            if case .failure(Cluster.ownerGone) = result { answer(.failure(roomNodeGone)) } else { answer(result) }
+        }
     }
 
     /// Data from a member on another node (a request; a node before 2026-12-07 told it
@@ -186,7 +204,8 @@ extension Hub {
     }
 
     func setMetadataElsewhere(_ key: RoomKey, home: String, metadata: JSONValue?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
-        cluster?.request("meta", ["app": .string(key.appID), "room": .string(key.name), "metadata": metadata ?? .null], toNode: home, answer: answer)
+        cluster?.request(
+            "meta", ["app": .string(key.appID), "room": .string(key.name), "metadata": metadata ?? .null], toNode: home, answer: Self.aboutARoom(answer))
     }
 
     func forwardedMetadata(_ message: [String: JSONValue], answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
@@ -202,23 +221,32 @@ extension Hub {
     }
 
     /// An event for a session here, from the node running one of its rooms. One about a room
-    /// the session is not in (nor joining) is not delivered, and its node is told the session
-    /// left: that node kept it as a member while this one had dropped it (the node stalled
-    /// past its lease and its rooms were closed here meanwhile).
+    /// the session is not in (nor joining), or from a node other than the one that runs the
+    /// room for it, is not delivered, and the node it came from is told the session left:
+    /// that node kept it as a member of a room this node had dropped (the node stalled past
+    /// its lease, and its rooms were closed here and made again elsewhere meanwhile).
     func eventForPeer(_ message: [String: JSONValue]) {
         guard let peerID = message["peer"]?.stringValue, let type = message["type"]?.stringValue else { return }
         if let name = message["data"]?["room"]?.stringValue, let session = session(peerID: peerID) {
+            let key = RoomKey(appID: session.app.id, name: name)
+            let from = message["from"]?.stringValue
+            let home = rooms.room(key) != nil ? cluster?.nodeID : roomHomes[key]
+            let stale = session.rooms.contains(name) ? (from != nil && home != nil && from != home) : session.joining[name] == nil
+            if stale {
+                if let from, type != "room.closed" { tellLeft(peerID, key, toNode: from) }
+                return
+            }
             if type == "room.closed" {
                 session.rooms.remove(name)
-                forgetHomeIfUnused(RoomKey(appID: session.app.id, name: name))
-            } else if !session.rooms.contains(name) && session.joining[name] == nil {
-                if let from = message["from"]?.stringValue {
-                    cluster?.tell("leave", ["app": .string(session.app.id), "room": .string(name), "peer": .string(peerID), "reason": "disconnected"], toNode: from)
-                }
-                return
+                forgetHomeIfUnused(key)
             }
         }
         localDelivery.deliver(OutgoingEvent(type: type, data: .value(message["data"] ?? .null)), toPeer: peerID)
+    }
+
+    /// Tells the node running room `key` that member `peerID` of this node is no longer in it.
+    func tellLeft(_ peerID: String, _ key: RoomKey, toNode node: String) {
+        cluster?.tell("leave", ["app": .string(key.appID), "room": .string(key.name), "peer": .string(peerID), "reason": "disconnected"], toNode: node)
     }
 
     /// Writes again what Redis knows of the ordinary rooms this node runs: the names it counts
@@ -259,12 +287,19 @@ extension Hub {
         if roomKeysWritten.map({ now - $0 >= Cluster.roomKeyRewrite }) ?? true { writeClusterRooms() }
         let nodes = Set(remoteMembers.values).union(roomHomes.values).union(nodeProcesses.keys)
         guard !nodes.isEmpty else { return }
+        let known = nodeProcesses
         cluster.alive(nodes) { [weak self] living in
             guard let self, let living else { return }
-            // A node is gone when its key is, or names another process than the one this
-            // node heard from (it was started again: its sessions and rooms are not there).
-            let gone = nodes.filter { node in living[node].map { process in nodeProcesses[node].map { $0 != process } ?? false } ?? true }
-            roomsLost(on: gone)
+            // A node is gone when its key is, or names another process than the one this node
+            // heard from (it was started again: its sessions and rooms are not there); not when
+            // a message from another process came meanwhile (`nodeProcessSeen` dealt with it).
+            let current = nodes.filter { nodeProcesses[$0] == known[$0] }
+            let stopped = current.filter { living[$0] == nil }
+            let restarted = current.filter { node in living[node].map { process in known[node].map { $0 != process } ?? false } ?? false }
+            // A node whose key went may only have stalled: it hears which of its rooms' members
+            // here were dropped, once it runs again.
+            roomsLost(on: stopped, tellingIt: true)
+            roomsLost(on: restarted)
             for (node, process) in living where nodeProcesses[node] == nil { nodeProcesses[node] = process }
         }
     }
@@ -281,8 +316,8 @@ extension Hub {
 
     /// The members of this node's rooms whose sessions were on `nodes` leave them
     /// (`disconnected`); the rooms that ran there are closed for the sessions here in them
-    /// (`room.closed`, reason `node_lost`).
-    func roomsLost(on nodes: Set<String>) {
+    /// (`room.closed`, reason `node_lost`), and with `tellingIt` their nodes are told so.
+    func roomsLost(on nodes: Set<String>, tellingIt: Bool = false) {
         guard !nodes.isEmpty else { return }
         for (peerID, node) in remoteMembers where nodes.contains(node) {
             remoteMembers.removeValue(forKey: peerID)
@@ -295,6 +330,7 @@ extension Hub {
             for session in sessions.all where session.app.id == key.appID && session.rooms.contains(key.name) {
                 session.rooms.remove(key.name)
                 localDelivery.deliver(OutgoingEvent(.closed(room: key.name, reason: .nodeLost)), toPeer: session.peerID)
+                if tellingIt { tellLeft(session.peerID, key, toNode: node) }
             }
         }
         for node in nodes { nodeProcesses.removeValue(forKey: node) }
@@ -328,7 +364,7 @@ extension Hub {
             case .data(let request): (body["what"], body["request"]) = ("data", jsonValue(request))
             case .kick(let peerID): (body["what"], body["peer"]) = ("kick", .string(peerID))
             }
-            cluster.request("radmin", body, toNode: home, answer: answer)
+            cluster.request("radmin", body, toNode: home, answer: Self.aboutARoom(answer))
         }
     }
 

@@ -136,6 +136,8 @@ extension Hub {
                 guard let self else { return }
                 if let home, home != cluster.nodeID {
                     setMetadataElsewhere(key, home: home, metadata: request.metadata, answer: answer)
+                } else if home == nil && !cluster.isConnected {
+                    answer(.failure(ErrorBody(.unavailable, "the cluster cannot say where room '\(key.name)' runs; retry in a second")))
                 } else {
                     do throws(ErrorBody) {
                         let effects = try Outcome(roomEffects: rooms.setMetadata(key, request.metadata)).effects
