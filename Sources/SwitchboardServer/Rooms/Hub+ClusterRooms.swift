@@ -137,7 +137,7 @@ extension Hub {
 
     /// A member here leaves a room another node runs.
     func leaveElsewhere(_ key: RoomKey, home: String, peerID: String, reason: PeerLeftReason) {
-        cluster?.tell("leave", ["app": .string(key.appID), "room": .string(key.name), "peer": .string(peerID), "reason": .string(reason.rawValue)], toNode: home)
+        tellLeft(peerID, key, reason: reason, toNode: home)
         forgetHomeIfUnused(key)
     }
 
@@ -212,9 +212,13 @@ extension Hub {
         guard let appID = message["app"]?.stringValue, let room = message["room"]?.stringValue else {
             return answer(.failure(ErrorBody(.badRequest, "a malformed request from another node")))
         }
-        let metadata = message["metadata"].flatMap { $0 == .null ? nil : $0 }
+        setMetadataHere(RoomKey(appID: appID, name: room), message["metadata"].flatMap { $0 == .null ? nil : $0 }, answer: answer)
+    }
+
+    /// Sets the metadata of a room this node runs, answering before its members hear it.
+    func setMetadataHere(_ key: RoomKey, _ metadata: JSONValue?, answer: @escaping (Result<JSONValue, ErrorBody>) -> Void) {
         do throws(ErrorBody) {
-            let effects = try Outcome(roomEffects: rooms.setMetadata(RoomKey(appID: appID, name: room), metadata)).effects
+            let effects = try Outcome(roomEffects: rooms.setMetadata(key, metadata)).effects
             answer(.success(.null))
             apply(effects)
         } catch { answer(.failure(error)) }
@@ -233,7 +237,7 @@ extension Hub {
             let home = rooms.room(key) != nil ? cluster?.nodeID : roomHomes[key]
             let stale = session.rooms.contains(name) ? (from != nil && home != nil && from != home) : session.joining[name] == nil
             if stale {
-                if let from, type != "room.closed" { tellLeft(peerID, key, toNode: from) }
+                if let from, type != "room.closed" { tellLeft(peerID, key, reason: .disconnected, toNode: from) }
                 return
             }
             if type == "room.closed" {
@@ -245,8 +249,8 @@ extension Hub {
     }
 
     /// Tells the node running room `key` that member `peerID` of this node is no longer in it.
-    func tellLeft(_ peerID: String, _ key: RoomKey, toNode node: String) {
-        cluster?.tell("leave", ["app": .string(key.appID), "room": .string(key.name), "peer": .string(peerID), "reason": "disconnected"], toNode: node)
+    func tellLeft(_ peerID: String, _ key: RoomKey, reason: PeerLeftReason, toNode node: String) {
+        cluster?.tell("leave", ["app": .string(key.appID), "room": .string(key.name), "peer": .string(peerID), "reason": .string(reason.rawValue)], toNode: node)
     }
 
     /// Writes again what Redis knows of the ordinary rooms this node runs: the names it counts
@@ -330,7 +334,7 @@ extension Hub {
             for session in sessions.all where session.app.id == key.appID && session.rooms.contains(key.name) {
                 session.rooms.remove(key.name)
                 localDelivery.deliver(OutgoingEvent(.closed(room: key.name, reason: .nodeLost)), toPeer: session.peerID)
-                if tellingIt { tellLeft(session.peerID, key, toNode: node) }
+                if tellingIt { tellLeft(session.peerID, key, reason: .disconnected, toNode: node) }
             }
         }
         for node in nodes { nodeProcesses.removeValue(forKey: node) }

@@ -139,11 +139,7 @@ extension Hub {
                 } else if home == nil && !cluster.isConnected {
                     answer(.failure(ErrorBody(.unavailable, "the cluster cannot say where room '\(key.name)' runs; retry in a second")))
                 } else {
-                    do throws(ErrorBody) {
-                        let effects = try Outcome(roomEffects: rooms.setMetadata(key, request.metadata)).effects
-                        answer(.success(.null))
-                        apply(effects)
-                    } catch { answer(.failure(error)) }
+                    setMetadataHere(key, request.metadata, answer: answer)
                 }
             }
             return .later
